@@ -1,0 +1,28 @@
+# kvcache_add_plugin(<name> SOURCES ... [LINK ...] [OUTPUT_DIR dir])
+#
+# Builds a kvcache plugin: a MODULE library named kvcache-<name>.so with hidden visibility that
+# exports only `kvcache_plugin_entry`. Used in-tree and by third parties (installed with the SDK).
+include_guard(GLOBAL)
+
+function(kvcache_add_plugin name)
+  cmake_parse_arguments(ARG "" "OUTPUT_DIR" "SOURCES;LINK" ${ARGN})
+  set(target kvcache-${name})
+  add_library(${target} MODULE ${ARG_SOURCES})
+  set_target_properties(${target} PROPERTIES
+    PREFIX ""
+    OUTPUT_NAME kvcache-${name}
+    CXX_VISIBILITY_PRESET hidden
+    C_VISIBILITY_PRESET hidden
+    VISIBILITY_INLINES_HIDDEN ON)
+  if(ARG_OUTPUT_DIR)
+    set_target_properties(${target} PROPERTIES LIBRARY_OUTPUT_DIRECTORY "${ARG_OUTPUT_DIR}")
+  endif()
+  if(TARGET kvcache::sdk)
+    target_link_libraries(${target} PRIVATE kvcache::sdk)
+  endif()
+  if(ARG_LINK)
+    target_link_libraries(${target} PRIVATE ${ARG_LINK})
+  endif()
+  # A plugin that forgot a symbol must fail at link time, not at dlopen in the field.
+  target_link_options(${target} PRIVATE -Wl,--no-undefined)
+endfunction()

@@ -1,0 +1,25 @@
+// Backend: what a device plugin provides. A backend that cannot run here (a CUDA plugin on a host
+// without a GPU) still loads and says why through its component's availability.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvcache {
+
+struct DeviceInfo {
+  std::uint32_t index = 0;
+  std::string name;
+  std::uint64_t memory_bytes = 0;
+  bool available = false;
+  std::string reason;  // why not available
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::vector<DeviceInfo> devices() const = 0;
+};
+
+}  // namespace kvcache

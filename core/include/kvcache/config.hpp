@@ -1,0 +1,116 @@
+// The configuration: YAML with one section per component kind (see DESIGN.md "Configuration").
+// A file only states what differs from the embedded default; environment variables override
+// single keys. Every error names where it came from (file:line:column or the variable), the key,
+// what was expected, and the nearest valid name.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kvcache/export.hpp"
+#include "kvcache/status.hpp"
+#include "kvcache/types.hpp"
+
+namespace kvcache {
+
+// Where a value came from. line/column are 1-based; line == 0 when the origin is not a file
+// (an environment variable), then `origin` names it.
+struct SourceLocation {
+  std::string origin;  // a file path, "<embedded default>", or "environment variable KVCACHE_X"
+  int line = 0;
+  int column = 0;
+};
+KVCACHE_API std::string to_string(const SourceLocation& where);
+
+struct Diagnostic {
+  enum class Severity { error, warning };
+  Severity severity = Severity::error;
+  SourceLocation where;
+  std::string key;      // dotted path, e.g. "cache.page_size"
+  std::string message;  // what was expected and what was found, with "did you mean" when apt
+};
+// "file:3:14: error: cache.page_size: expected ..."
+KVCACHE_API std::string to_string(const Diagnostic& diagnostic);
+
+// Thrown when a config has errors; what() lists every diagnostic, one per line.
+class KVCACHE_API ConfigError : public Error {
+ public:
+  explicit ConfigError(std::vector<Diagnostic> diagnostics);
+  const std::vector<Diagnostic>& diagnostics() const { return diagnostics_; }
+
+ private:
+  std::vector<Diagnostic> diagnostics_;
+};
+
+// A component section: an implementation name plus its options (every other key, as JSON).
+struct ComponentChoice {
+  std::string name;
+  nlohmann::json options = nlohmann::json::object();
+  SourceLocation where;  // of the name
+};
+
+struct PluginPath {
+  std::string path;  // a plugin file (loaded first, forced) or a folder to search
+  bool required = false;
+  SourceLocation where;
+};
+
+struct RequiredPlugin {
+  std::string name;  // plugin name, file name or path
+  SourceLocation where;
+};
+
+struct CacheSettings {
+  std::uint32_t page_size = 16;
+  std::uint64_t capacity_bytes = 0;
+  bool prefix_caching = true;
+};
+
+struct PluginSettings {
+  std::vector<PluginPath> paths;         // plugins.paths
+  std::vector<std::string> env_paths;    // KVCACHE_PLUGIN_PATH, in order
+  std::vector<RequiredPlugin> required;  // plugins.required
+};
+
+struct Config {
+  std::string origin;  // file path or "<embedded default>"
+  ModelShape model;
+  std::vector<std::string> backends;  // preference list: first available wins
+  SourceLocation backends_where;
+  CacheSettings cache;
+  ComponentChoice k_quantizer;
+  ComponentChoice v_quantizer;
+  ComponentChoice mask;
+  ComponentChoice eviction;  // name "none": no eviction
+  PluginSettings plugins;
+  std::vector<Diagnostic> warnings;  // e.g. an unknown KVCACHE_* variable
+};
+
+// KVCACHE_* variables considered for overrides; tests pass their own.
+using Environment = std::map<std::string, std::string>;
+KVCACHE_API Environment process_environment();
+
+KVCACHE_API std::string_view default_config_yaml();
+// The embedded default with environment overrides applied.
+KVCACHE_API Config default_config(const Environment& env);
+// Parses `yaml` over the embedded default, then applies `env`. Throws ConfigError.
+KVCACHE_API Config parse_config(std::string_view yaml, const std::string& origin,
+                                const Environment& env);
+// Reads a file (a missing or unreadable file is a ConfigError naming it) and parses it.
+KVCACHE_API Config load_config(const std::filesystem::path& file, const Environment& env);
+// The resolved config as YAML, parseable by parse_config back into an equal Config.
+KVCACHE_API std::string to_yaml(const Config& config);
+
+// "2GiB", "512 MiB", "1.5GB", "4096" (bytes). Binary units B KiB MiB GiB TiB, decimal KB MB GB
+// TB. Throws Error(invalid_argument) with what was expected and the nearest unit.
+KVCACHE_API std::uint64_t parse_size(std::string_view text);
+// Inverse for printing: exact binary unit when possible ("2GiB"), else bytes.
+KVCACHE_API std::string format_size(std::uint64_t bytes);
+
+}  // namespace kvcache

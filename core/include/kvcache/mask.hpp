@@ -1,0 +1,41 @@
+// AttentionMask: which key positions a query position may see, as a few half-open ranges.
+// Kernels iterate ranges, so a sliding window costs O(window) and no dense mask ever exists.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "kvcache/types.hpp"
+
+namespace kvcache {
+
+// Known kinds are described declaratively so kernels can specialize; any other mask still works
+// everywhere through visible().
+enum class MaskKind : std::uint32_t {
+  custom = 0,
+  causal = 1,
+  sliding_window = 2,  // the last `window` positions, the query's own included
+  sink_window = 3,     // the first `sinks` positions plus the last `window`
+  chunked = 4,         // causal within blocks of `chunk` positions
+};
+
+struct MaskDescription {
+  MaskKind kind = MaskKind::custom;
+  std::uint32_t max_ranges = 1;  // most ranges visible() returns for one query
+  std::int64_t window = 0;
+  std::int64_t sinks = 0;
+  std::int64_t chunk = 0;
+};
+
+class AttentionMask {
+ public:
+  virtual ~AttentionMask() = default;
+  virtual MaskDescription describe() const = 0;
+  // For each query position q = queries[i]: at most max_ranges ascending, disjoint, non-empty
+  // ranges of key positions q may see, written at ranges[i * max_ranges], their number at
+  // counts[i]. Sizes: ranges = queries.size() * max_ranges, counts = queries.size().
+  virtual void visible(std::span<const Position> queries, std::span<PositionRange> ranges,
+                       std::span<std::uint32_t> counts) const = 0;
+};
+
+}  // namespace kvcache

@@ -1,0 +1,246 @@
+/* The kvcache plugin ABI: the only thing that crosses a shared-library boundary.
+ *
+ * Rules (they are what lets a plugin built today load into a host built next year):
+ * - A plugin exports one function, KVC_ENTRY_SYMBOL, of type kvc_plugin_entry_fn. The host passes
+ *   its ABI version; the plugin returns a descriptor that lives as long as the library.
+ * - A different ABI major is refused by both sides. Minors only add: every struct starts with its
+ *   own struct_size and only grows at the end, so a reader checks struct_size before reading a
+ *   field that a newer minor added.
+ * - Errors cross as a status code plus a message written into a host-owned kvc_error, never as
+ *   C++ exceptions. Every function returns the same code it wrote into err->code.
+ * - Tensors cross as DLPack DLTensor. Component options cross as a JSON text.
+ * - Instances are opaque void* made by a table's create and freed by its destroy.
+ *
+ * Plugin authors normally never write against this header: kvcache/sdk/plugin.hpp generates all
+ * of it from C++ classes.
+ */
+#ifndef KVCACHE_PLUGIN_ABI_H
+#define KVCACHE_PLUGIN_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dlpack/dlpack.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVC_ABI_MAJOR 1
+#define KVC_ABI_MINOR 0
+#define KVC_ENTRY_SYMBOL "kvcache_plugin_entry"
+
+/* ---- status ------------------------------------------------------------------------------- */
+
+enum {
+  KVC_OK = 0,
+  KVC_INVALID_ARGUMENT = 1,
+  KVC_NOT_FOUND = 2,
+  KVC_OUT_OF_MEMORY = 3,
+  KVC_UNSUPPORTED = 4,
+  KVC_UNAVAILABLE = 5,
+  KVC_INTERNAL = 6
+};
+
+#define KVC_MESSAGE_CAPACITY 1024
+
+typedef struct kvc_error {
+  uint32_t struct_size;
+  int32_t code;
+  char message[KVC_MESSAGE_CAPACITY]; /* NUL-terminated, truncated to fit */
+} kvc_error;
+
+/* ---- descriptor --------------------------------------------------------------------------- */
+
+enum { KVC_KIND_BACKEND = 1, KVC_KIND_QUANTIZER = 2, KVC_KIND_MASK = 3, KVC_KIND_EVICTION = 4 };
+
+typedef struct kvc_host_info {
+  uint32_t struct_size;
+  uint32_t abi_major;
+  uint32_t abi_minor;
+  const char* host_version;
+} kvc_host_info;
+
+/* What a component supports; an empty list means "any". */
+typedef struct kvc_capabilities {
+  uint32_t struct_size;
+  uint32_t n_formats;
+  const char* const* formats; /* storage format names */
+  uint32_t n_head_dims;
+  const uint32_t* head_dims;
+  uint32_t n_page_sizes;
+  const uint32_t* page_sizes;
+  const char* device_kind; /* "cpu", "cuda", "hip", or NULL when device-independent */
+} kvc_capabilities;
+
+typedef struct kvc_component {
+  uint32_t struct_size;
+  uint32_t kind; /* KVC_KIND_* */
+  const char* name;
+  const char* version;
+  const kvc_capabilities* capabilities; /* may be NULL */
+  /* KVC_OK when usable on this host, else KVC_UNAVAILABLE with the reason. NULL: always. */
+  int32_t (*availability)(kvc_error* err);
+  /* By kind: kvc_backend_table, kvc_quantizer_table, kvc_mask_table, kvc_eviction_table. */
+  const void* table;
+} kvc_component;
+
+typedef struct kvc_plugin_descriptor {
+  uint32_t struct_size;
+  uint32_t abi_major;
+  uint32_t abi_minor;
+  const char* name;
+  const char* version;
+  uint32_t n_components;
+  const kvc_component* components;
+} kvc_plugin_descriptor;
+
+typedef int32_t (*kvc_plugin_entry_fn)(const kvc_host_info* host,
+                                       const kvc_plugin_descriptor** descriptor, kvc_error* err);
+
+/* Every instance table starts with these fields. options_json is a JSON object (never NULL). */
+#define KVC_INSTANCE_TABLE_HEADER                                                   \
+  uint32_t struct_size;                                                             \
+  int32_t (*create)(const char* options_json, void** instance, kvc_error* err);     \
+  void (*destroy)(void* instance);
+
+/* ---- attention masks ---------------------------------------------------------------------- */
+
+typedef struct kvc_range {
+  int64_t begin; /* half-open [begin, end) */
+  int64_t end;
+} kvc_range;
+
+/* Declarative description so kernels can specialize; CUSTOM masks work through `visible`. */
+enum {
+  KVC_MASK_CUSTOM = 0,
+  KVC_MASK_CAUSAL = 1,
+  KVC_MASK_SLIDING_WINDOW = 2, /* window */
+  KVC_MASK_SINK_WINDOW = 3,    /* sinks, window */
+  KVC_MASK_CHUNKED = 4         /* chunk */
+};
+
+typedef struct kvc_mask_desc {
+  uint32_t struct_size;
+  uint32_t kind;       /* KVC_MASK_* */
+  uint32_t max_ranges; /* most ranges `visible` returns for one query */
+  uint32_t reserved;
+  int64_t window;
+  int64_t sinks;
+  int64_t chunk;
+} kvc_mask_desc;
+
+typedef struct kvc_mask_table {
+  KVC_INSTANCE_TABLE_HEADER
+  int32_t (*describe)(void* instance, kvc_mask_desc* out, kvc_error* err);
+  /* For each of n query positions: at most max_ranges ascending, disjoint, non-empty ranges of
+   * visible key positions, written at ranges[i * max_ranges], their number at counts[i]. */
+  int32_t (*visible)(void* instance, const int64_t* query_positions, uint64_t n, kvc_range* ranges,
+                     uint32_t* counts, kvc_error* err);
+} kvc_mask_table;
+
+/* ---- quantizers (storage formats) --------------------------------------------------------- */
+
+enum {
+  KVC_GRANULARITY_NONE = 0,       /* plain floats, no scale */
+  KVC_GRANULARITY_TOKEN_HEAD = 1, /* one scale per token and head, over head_dim */
+  KVC_GRANULARITY_GROUP = 2,      /* one scale (and zero) per group_size elements of head_dim */
+  KVC_GRANULARITY_CHANNEL = 3     /* per channel over group_size tokens (KIVI keys) */
+};
+
+/* Layout of one tile: the page_size tokens of one page, one layer, one KV head. */
+typedef struct kvc_format_desc {
+  uint32_t struct_size;
+  uint32_t code_bits;   /* bits per stored element */
+  uint32_t granularity; /* KVC_GRANULARITY_* */
+  uint32_t group_size;
+  uint32_t symmetric; /* 1 when there is no zero point */
+  DLDataType scale_dtype; /* bits == 0 when there is no scale */
+  uint64_t tile_bytes; /* codes + scales (+ zeros) of one tile */
+  uint64_t code_bytes; /* the codes, first in the tile; scales and zeros follow */
+} kvc_format_desc;
+
+typedef struct kvc_quantizer_table {
+  KVC_INSTANCE_TABLE_HEADER
+  int32_t (*describe)(void* instance, uint32_t head_dim, uint32_t page_size, kvc_format_desc* out,
+                      kvc_error* err);
+  /* src: [count, head_dim] floats on the host; stored into slots [first_slot, first_slot+count). */
+  int32_t (*encode)(void* instance, const DLTensor* src, uint32_t first_slot, uint32_t page_size,
+                    void* tile, kvc_error* err);
+  /* dst: [count, head_dim] float32 on the host; read from slots [first_slot, first_slot+count). */
+  int32_t (*decode)(void* instance, const void* tile, uint32_t first_slot, uint32_t page_size,
+                    DLTensor* dst, kvc_error* err);
+} kvc_quantizer_table;
+
+/* ---- eviction ----------------------------------------------------------------------------- */
+
+typedef struct kvc_sequence_state {
+  uint64_t id;
+  uint64_t tokens; /* tokens held now */
+  uint64_t pages;  /* pages referenced, shared ones included */
+  int32_t priority; /* 0..100, higher is kept longer */
+  uint32_t reserved;
+  uint64_t created_step;
+  uint64_t last_used_step;
+  int64_t next_position; /* logical position the next token will get */
+} kvc_sequence_state;
+
+typedef struct kvc_cache_state {
+  uint32_t struct_size;
+  uint32_t page_size;
+  uint64_t step;
+  uint64_t total_pages;
+  uint64_t free_pages;
+  uint64_t cached_pages; /* unreferenced prefix-cache pages, reclaimable */
+  uint64_t n_sequences;
+  const kvc_sequence_state* sequences;
+  /* Per-token detail of one sequence, on demand: ascending logical positions and, when the
+   * policy wants scores, the accumulated attention of each (else *scores is NULL). */
+  void* context;
+  int32_t (*tokens)(void* context, uint64_t sequence, const int64_t** positions,
+                    const float** scores, uint64_t* count, kvc_error* err);
+} kvc_cache_state;
+
+/* A policy states its decision through these host callbacks; they return a KVC_* code. */
+typedef struct kvc_plan_builder {
+  uint32_t struct_size;
+  void* context;
+  int32_t (*free_cached_pages)(void* context, uint64_t count);
+  int32_t (*preempt)(void* context, uint64_t sequence);
+  int32_t (*drop)(void* context, uint64_t sequence, int64_t begin, int64_t end);
+} kvc_plan_builder;
+
+typedef struct kvc_eviction_table {
+  KVC_INSTANCE_TABLE_HEADER
+  int32_t (*wants_scores)(void* instance, uint32_t* out, kvc_error* err);
+  /* Proactive, after each step (StreamingLLM windows, H2O budgets). */
+  int32_t (*after_step)(void* instance, const kvc_cache_state* state, kvc_plan_builder* plan,
+                        kvc_error* err);
+  /* A reserve needs pages_needed more free pages than there are. */
+  int32_t (*on_pressure)(void* instance, const kvc_cache_state* state, uint64_t pages_needed,
+                         kvc_plan_builder* plan, kvc_error* err);
+} kvc_eviction_table;
+
+/* ---- backends ----------------------------------------------------------------------------- */
+
+typedef struct kvc_device_info {
+  uint32_t struct_size;
+  uint32_t index;
+  uint32_t available;
+  uint32_t reserved;
+  uint64_t memory_bytes;
+  char name[128];
+  char reason[256]; /* why not available */
+} kvc_device_info;
+
+typedef struct kvc_backend_table {
+  KVC_INSTANCE_TABLE_HEADER
+  int32_t (*device_count)(void* instance, uint32_t* count, kvc_error* err);
+  int32_t (*device_info)(void* instance, uint32_t index, kvc_device_info* out, kvc_error* err);
+} kvc_backend_table;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVCACHE_PLUGIN_ABI_H */

@@ -1,0 +1,100 @@
+// The registry: every component that the loader found, where it came from, what it can do and
+// whether it can run here; every plugin file that was refused and why; and the factories that
+// turn a component name plus options into a live object (which keeps its library loaded).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kvcache/backend.hpp"
+#include "kvcache/config.hpp"
+#include "kvcache/eviction.hpp"
+#include "kvcache/export.hpp"
+#include "kvcache/mask.hpp"
+#include "kvcache/quantizer.hpp"
+#include "kvcache/types.hpp"
+
+namespace kvcache {
+
+struct Capabilities {
+  std::vector<std::string> formats;
+  std::vector<std::uint32_t> head_dims;   // empty: any
+  std::vector<std::uint32_t> page_sizes;  // empty: any
+  std::string device_kind;                // empty: device-independent
+};
+
+struct ComponentInfo {
+  ComponentKind kind = ComponentKind::backend;
+  std::string name;
+  std::string version;
+  std::string plugin;          // the plugin's own name
+  std::string plugin_version;
+  std::filesystem::path file;  // the shared library it lives in
+  Capabilities capabilities;
+  bool available = true;
+  std::string unavailable_reason;
+  std::string shadowed_by;  // non-empty: an earlier plugin provides the same kind and name
+};
+
+struct RejectedPlugin {
+  std::filesystem::path file;
+  std::string reason;
+};
+
+// Where the loader looks, in this order (see DESIGN.md "The plugin boundary").
+struct SearchPlan {
+  std::vector<std::filesystem::path> forced_files;  // config plugins.paths that are files
+  std::vector<std::filesystem::path> env_entries;   // KVCACHE_PLUGIN_PATH: files or folders
+  std::vector<std::filesystem::path> config_dirs;   // config plugins.paths that are folders
+  std::filesystem::path install_dir;                // the install plugin folder
+  std::filesystem::path library_dir;                // the folder of libkvcache
+};
+
+class KVCACHE_API Registry {
+ public:
+  // Discovers and loads plugins as the settings say. Bad plugins are skipped with their reason;
+  // throws ConfigError only when a plugin marked required could not be loaded.
+  static std::shared_ptr<const Registry> load(const PluginSettings& settings);
+  // The plan load() follows for these settings (shown by `kvcache plugins`).
+  static SearchPlan search_plan(const PluginSettings& settings);
+
+  ~Registry();
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  const std::vector<ComponentInfo>& components() const;
+  const std::vector<RejectedPlugin>& rejected() const;
+  // The usable (not shadowed) component of that kind and name, or nullptr.
+  const ComponentInfo* find(ComponentKind kind, std::string_view name) const;
+  std::vector<std::string> names(ComponentKind kind) const;
+
+  // Factories. Unknown name: Error(not_found) with the nearest name; unavailable component:
+  // Error(unavailable) with its reason; bad options: the plugin's Error(invalid_argument).
+  std::unique_ptr<AttentionMask> create_mask(std::string_view name,
+                                             const nlohmann::json& options = {}) const;
+  std::unique_ptr<Quantizer> create_quantizer(std::string_view name,
+                                              const nlohmann::json& options = {}) const;
+  std::unique_ptr<EvictionPolicy> create_eviction(std::string_view name,
+                                                  const nlohmann::json& options = {}) const;
+  std::unique_ptr<Backend> create_backend(std::string_view name,
+                                          const nlohmann::json& options = {}) const;
+
+  struct Impl;
+
+ private:
+  explicit Registry(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Checks the component names and options of a config against what is installed: unknown names
+// get the nearest installed one, options are validated by creating each component once.
+// Backends missing from the preference list are warnings (a config is shared across hosts).
+KVCACHE_API std::vector<Diagnostic> check_components(const Config& config, const Registry& registry);
+
+}  // namespace kvcache

@@ -1,0 +1,363 @@
+// The plugin SDK (header-only): implement kvcache's C++ interfaces, export them with one macro.
+//
+//   class MyMask final : public kvcache::AttentionMask {
+//    public:
+//     explicit MyMask(const kvcache::sdk::Options& options);   // options = config section
+//     ...
+//   };
+//   KVCACHE_PLUGIN("my-plugin", "1.0.0", kvcache::sdk::component<MyMask>("my-mask", "1.0.0"))
+//
+// The SDK generates the C tables of plugin_abi.h, checks the host's ABI major, and turns every
+// exception into a status (kvcache::Error keeps its code; anything else becomes `internal`). A
+// component class may define `static kvcache::sdk::Availability availability();` to say that it
+// cannot run on this host (no GPU, no driver) while still loading.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <new>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "kvcache/backend.hpp"
+#include "kvcache/eviction.hpp"
+#include "kvcache/mask.hpp"
+#include "kvcache/plugin_abi.h"
+#include "kvcache/quantizer.hpp"
+#include "kvcache/sdk/options.hpp"
+#include "kvcache/status.hpp"
+
+namespace kvcache::sdk {
+
+struct Availability {
+  bool available = true;
+  std::string reason;  // why not, when !available
+};
+
+struct Capabilities {
+  std::vector<std::string> formats;
+  std::vector<std::uint32_t> head_dims;   // empty: any
+  std::vector<std::uint32_t> page_sizes;  // empty: any
+  std::string device_kind;                // "cpu", "cuda", "hip"; empty: device-independent
+};
+
+// One exported component; made by component<T>().
+struct ComponentSpec {
+  std::uint32_t kind = 0;
+  std::string name;
+  std::string version;
+  Capabilities capabilities;
+  int32_t (*availability)(kvc_error*) = nullptr;
+  const void* table = nullptr;
+};
+
+namespace detail {
+
+inline int32_t set_status(kvc_error* err, int32_t code, std::string_view message) noexcept {
+  if (err != nullptr) {
+    err->code = code;
+    const std::size_t n = std::min(message.size(), sizeof(err->message) - 1);
+    std::memcpy(err->message, message.data(), n);
+    err->message[n] = '\0';
+  }
+  return code;
+}
+
+// Runs `body`; every exception becomes a status, so none crosses the C boundary.
+template <class F>
+int32_t guard(kvc_error* err, F&& body) noexcept {
+  try {
+    body();
+    return set_status(err, KVC_OK, "");
+  } catch (const Error& e) {
+    return set_status(err, static_cast<int32_t>(e.code()), e.what());
+  } catch (const std::bad_alloc&) {
+    return set_status(err, KVC_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return set_status(err, KVC_INTERNAL, e.what());
+  } catch (...) {
+    return set_status(err, KVC_INTERNAL, "unknown exception");
+  }
+}
+
+// Copies a filled struct into a host struct that may be older (smaller): only the prefix the
+// host knows is written, and its struct_size stays the host's.
+template <class S>
+void copy_out(const S& filled, S* out) {
+  const std::uint32_t host_size = out->struct_size;
+  std::memcpy(out, &filled, std::min<std::size_t>(host_size, sizeof(S)));
+  out->struct_size = host_size;
+}
+
+template <class T>
+int32_t create(const char* options_json, void** instance, kvc_error* err) noexcept {
+  return guard(err, [&] { *instance = new T(Options::parse(options_json)); });
+}
+
+template <class T>
+void destroy(void* instance) noexcept {
+  delete static_cast<T*>(instance);
+}
+
+template <class T>
+int32_t availability(kvc_error* err) noexcept {
+  return guard(err, [&] {
+    const Availability a = T::availability();
+    if (!a.available) throw Error(Code::unavailable, a.reason);
+  });
+}
+
+template <class T>
+T& self(void* instance) {
+  return *static_cast<T*>(instance);
+}
+
+// ---- masks ----
+
+static_assert(sizeof(PositionRange) == sizeof(kvc_range) && alignof(PositionRange) == alignof(kvc_range));
+
+template <class T>
+struct MaskThunks {
+  static int32_t describe(void* instance, kvc_mask_desc* out, kvc_error* err) noexcept {
+    return guard(err, [&] {
+      const MaskDescription d = self<T>(instance).describe();
+      kvc_mask_desc c{sizeof(kvc_mask_desc), static_cast<std::uint32_t>(d.kind), d.max_ranges, 0,
+                      d.window, d.sinks, d.chunk};
+      copy_out(c, out);
+    });
+  }
+  static int32_t visible(void* instance, const int64_t* queries, uint64_t n, kvc_range* ranges,
+                         uint32_t* counts, kvc_error* err) noexcept {
+    return guard(err, [&] {
+      const T& mask = self<T>(instance);
+      const std::size_t per_query = mask.describe().max_ranges;
+      mask.visible(std::span<const Position>(queries, n),
+                   std::span<PositionRange>(reinterpret_cast<PositionRange*>(ranges), n * per_query),
+                   std::span<std::uint32_t>(counts, n));
+    });
+  }
+  static constexpr kvc_mask_table table{sizeof(kvc_mask_table), &create<T>, &destroy<T>, &describe,
+                                        &visible};
+};
+
+// ---- quantizers ----
+
+template <class T>
+struct QuantizerThunks {
+  static int32_t describe(void* instance, uint32_t head_dim, uint32_t page_size,
+                          kvc_format_desc* out, kvc_error* err) noexcept {
+    return guard(err, [&] {
+      const StorageFormat f = self<T>(instance).describe(head_dim, page_size);
+      kvc_format_desc c{sizeof(kvc_format_desc), f.code_bits,
+                        static_cast<std::uint32_t>(f.granularity), f.group_size,
+                        f.symmetric ? 1u : 0u, f.scale_dtype, f.tile_bytes, f.code_bytes};
+      copy_out(c, out);
+    });
+  }
+  static int32_t encode(void* instance, const DLTensor* src, uint32_t first_slot, uint32_t page_size,
+                        void* tile, kvc_error* err) noexcept {
+    return guard(err, [&] { self<T>(instance).encode(*src, first_slot, page_size, tile); });
+  }
+  static int32_t decode(void* instance, const void* tile, uint32_t first_slot, uint32_t page_size,
+                        DLTensor* dst, kvc_error* err) noexcept {
+    return guard(err, [&] { self<T>(instance).decode(tile, first_slot, page_size, *dst); });
+  }
+  static constexpr kvc_quantizer_table table{sizeof(kvc_quantizer_table), &create<T>, &destroy<T>,
+                                             &describe, &encode, &decode};
+};
+
+// ---- eviction ----
+
+// The host's per-token callback seen as a TokenSource.
+class HostTokens final : public TokenSource {
+ public:
+  explicit HostTokens(const kvc_cache_state& state) : state_(state) {}
+  TokenDetail tokens(SeqId sequence) const override {
+    const int64_t* positions = nullptr;
+    const float* scores = nullptr;
+    uint64_t count = 0;
+    kvc_error err{sizeof(kvc_error), 0, {}};
+    if (state_.tokens(state_.context, sequence, &positions, &scores, &count, &err) != KVC_OK)
+      throw Error(static_cast<Code>(err.code), err.message);
+    return {std::span<const Position>(positions, count),
+            scores ? std::span<const float>(scores, count) : std::span<const float>()};
+  }
+
+ private:
+  const kvc_cache_state& state_;
+};
+
+inline void send_plan(const EvictionPlan& plan, kvc_plan_builder* builder) {
+  const auto check = [](int32_t rc, const char* what) {
+    if (rc != KVC_OK) throw Error(static_cast<Code>(rc), std::string("host refused ") + what);
+  };
+  if (plan.free_cached_pages > 0)
+    check(builder->free_cached_pages(builder->context, plan.free_cached_pages), "free_cached_pages");
+  for (SeqId s : plan.preempt) check(builder->preempt(builder->context, s), "preempt");
+  for (const DroppedRange& d : plan.drop)
+    check(builder->drop(builder->context, d.sequence, d.range.begin, d.range.end), "drop");
+}
+
+template <class T>
+struct EvictionThunks {
+  template <class Decide>
+  static int32_t decide(const kvc_cache_state* state, kvc_plan_builder* builder, kvc_error* err,
+                        Decide&& policy_call) noexcept {
+    return guard(err, [&] {
+      std::vector<SequenceState> sequences;
+      sequences.reserve(state->n_sequences);
+      for (uint64_t i = 0; i < state->n_sequences; ++i) {
+        const kvc_sequence_state& s = state->sequences[i];
+        sequences.push_back({s.id, s.tokens, s.pages, s.priority, s.created_step,
+                             s.last_used_step, s.next_position});
+      }
+      const HostTokens tokens(*state);
+      const CacheState view{state->page_size,  state->step,         state->total_pages,
+                            state->free_pages, state->cached_pages, sequences,
+                            &tokens};
+      send_plan(policy_call(view), builder);
+    });
+  }
+  static int32_t wants_scores(void* instance, uint32_t* out, kvc_error* err) noexcept {
+    return guard(err, [&] { *out = self<T>(instance).wants_scores() ? 1u : 0u; });
+  }
+  static int32_t after_step(void* instance, const kvc_cache_state* state, kvc_plan_builder* plan,
+                            kvc_error* err) noexcept {
+    return decide(state, plan, err,
+                  [&](const CacheState& view) { return self<T>(instance).after_step(view); });
+  }
+  static int32_t on_pressure(void* instance, const kvc_cache_state* state, uint64_t pages_needed,
+                             kvc_plan_builder* plan, kvc_error* err) noexcept {
+    return decide(state, plan, err, [&](const CacheState& view) {
+      return self<T>(instance).on_pressure(view, pages_needed);
+    });
+  }
+  static constexpr kvc_eviction_table table{sizeof(kvc_eviction_table), &create<T>, &destroy<T>,
+                                            &wants_scores, &after_step, &on_pressure};
+};
+
+// ---- backends ----
+
+template <class T>
+struct BackendThunks {
+  static int32_t device_count(void* instance, uint32_t* count, kvc_error* err) noexcept {
+    return guard(err, [&] { *count = static_cast<uint32_t>(self<T>(instance).devices().size()); });
+  }
+  static int32_t device_info(void* instance, uint32_t index, kvc_device_info* out,
+                             kvc_error* err) noexcept {
+    return guard(err, [&] {
+      const std::vector<DeviceInfo> devices = self<T>(instance).devices();
+      if (index >= devices.size())
+        throw Error(Code::invalid_argument, "device index " + std::to_string(index) +
+                                                " out of range (" +
+                                                std::to_string(devices.size()) + " devices)");
+      const DeviceInfo& d = devices[index];
+      kvc_device_info c{sizeof(kvc_device_info), d.index, d.available ? 1u : 0u, 0, d.memory_bytes,
+                        {}, {}};
+      std::snprintf(c.name, sizeof(c.name), "%s", d.name.c_str());
+      std::snprintf(c.reason, sizeof(c.reason), "%s", d.reason.c_str());
+      copy_out(c, out);
+    });
+  }
+  static constexpr kvc_backend_table table{sizeof(kvc_backend_table), &create<T>, &destroy<T>,
+                                           &device_count, &device_info};
+};
+
+// The thunks and kind of a component class, by the interface it implements.
+template <class T>
+constexpr auto thunks_of() {
+  if constexpr (std::is_base_of_v<AttentionMask, T>) return MaskThunks<T>{};
+  else if constexpr (std::is_base_of_v<Quantizer, T>) return QuantizerThunks<T>{};
+  else if constexpr (std::is_base_of_v<EvictionPolicy, T>) return EvictionThunks<T>{};
+  else if constexpr (std::is_base_of_v<Backend, T>) return BackendThunks<T>{};
+}
+
+template <class T>
+constexpr std::uint32_t kind_of() {
+  if constexpr (std::is_base_of_v<AttentionMask, T>) return KVC_KIND_MASK;
+  else if constexpr (std::is_base_of_v<Quantizer, T>) return KVC_KIND_QUANTIZER;
+  else if constexpr (std::is_base_of_v<EvictionPolicy, T>) return KVC_KIND_EVICTION;
+  else return KVC_KIND_BACKEND;
+}
+
+// Everything the descriptor points into; built once, never moved.
+class PluginData {
+ public:
+  PluginData(const char* name, const char* version, std::vector<ComponentSpec> specs)
+      : name_(name), version_(version), specs_(std::move(specs)) {
+    capabilities_.reserve(specs_.size());
+    format_names_.reserve(specs_.size());
+    for (const ComponentSpec& s : specs_) {
+      std::vector<const char*>& formats = format_names_.emplace_back();
+      for (const std::string& f : s.capabilities.formats) formats.push_back(f.c_str());
+      const Capabilities& c = s.capabilities;
+      capabilities_.push_back({sizeof(kvc_capabilities), static_cast<uint32_t>(formats.size()),
+                               formats.data(), static_cast<uint32_t>(c.head_dims.size()),
+                               c.head_dims.data(), static_cast<uint32_t>(c.page_sizes.size()),
+                               c.page_sizes.data(),
+                               c.device_kind.empty() ? nullptr : c.device_kind.c_str()});
+      components_.push_back({sizeof(kvc_component), s.kind, s.name.c_str(), s.version.c_str(),
+                             &capabilities_.back(), s.availability, s.table});
+    }
+    descriptor_ = {sizeof(kvc_plugin_descriptor), KVC_ABI_MAJOR, KVC_ABI_MINOR, name_.c_str(),
+                   version_.c_str(), static_cast<uint32_t>(components_.size()),
+                   components_.data()};
+  }
+  PluginData(const PluginData&) = delete;
+  PluginData& operator=(const PluginData&) = delete;
+  const kvc_plugin_descriptor* descriptor() const { return &descriptor_; }
+
+ private:
+  std::string name_;
+  std::string version_;
+  std::vector<ComponentSpec> specs_;
+  std::vector<std::vector<const char*>> format_names_;
+  std::vector<kvc_capabilities> capabilities_;
+  std::vector<kvc_component> components_;
+  kvc_plugin_descriptor descriptor_{};
+};
+
+template <class Make>
+int32_t entry(const kvc_host_info* host, const kvc_plugin_descriptor** out, kvc_error* err,
+              Make make) noexcept {
+  return guard(err, [&] {
+    if (host == nullptr || host->abi_major != KVC_ABI_MAJOR)
+      throw Error(Code::unsupported,
+                  "plugin needs kvcache ABI " + std::to_string(KVC_ABI_MAJOR) + ".x, host offers " +
+                      (host ? std::to_string(host->abi_major) + "." + std::to_string(host->abi_minor)
+                            : std::string("nothing")));
+    static const PluginData data = make();
+    *out = data.descriptor();
+  });
+}
+
+}  // namespace detail
+
+// Declares a component implemented by class T (constructible from `const Options&`).
+template <class T>
+ComponentSpec component(std::string name, std::string version, Capabilities capabilities = {}) {
+  constexpr bool known = std::is_base_of_v<AttentionMask, T> || std::is_base_of_v<Quantizer, T> ||
+                         std::is_base_of_v<EvictionPolicy, T> || std::is_base_of_v<Backend, T>;
+  static_assert(known, "a component implements AttentionMask, Quantizer, EvictionPolicy or Backend");
+  static_assert(std::is_constructible_v<T, const Options&>, "a component is built from Options");
+  ComponentSpec spec{detail::kind_of<T>(), std::move(name), std::move(version),
+                     std::move(capabilities), nullptr, &decltype(detail::thunks_of<T>())::table};
+  if constexpr (requires { T::availability(); }) spec.availability = &detail::availability<T>;
+  return spec;
+}
+
+}  // namespace kvcache::sdk
+
+// Exports the plugin's entry function; the only symbol a plugin makes visible.
+#define KVCACHE_PLUGIN(plugin_name, plugin_version, ...)                                      \
+  extern "C" __attribute__((visibility("default"))) int32_t kvcache_plugin_entry(             \
+      const kvc_host_info* host, const kvc_plugin_descriptor** out, kvc_error* err) {         \
+    return ::kvcache::sdk::detail::entry(host, out, err, [] {                                 \
+      return ::kvcache::sdk::detail::PluginData(plugin_name, plugin_version, {__VA_ARGS__}); \
+    });                                                                                       \
+  }

@@ -1,0 +1,15 @@
+#include "kvcache/types.hpp"
+
+namespace kvcache {
+
+std::string_view kind_name(ComponentKind kind) noexcept {
+  switch (kind) {
+    case ComponentKind::backend: return "backend";
+    case ComponentKind::quantizer: return "quantizer";
+    case ComponentKind::mask: return "mask";
+    case ComponentKind::eviction: return "eviction";
+  }
+  return "unknown";
+}
+
+}  // namespace kvcache

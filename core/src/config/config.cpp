@@ -1,0 +1,560 @@
+// The config: the embedded default, overlaid by a file, overlaid by KVCACHE_* variables.
+#include "kvcache/config.hpp"
+
+#include <unistd.h>  // environ
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <utility>
+
+#include <yaml-cpp/yaml.h>
+
+#include "config/yaml_reader.hpp"
+#include "kvcache/nearest_name.hpp"
+
+namespace kvcache {
+namespace detail {
+extern const char* const default_config_text;
+}  // namespace detail
+
+namespace {
+
+using detail::Field;
+using detail::YamlReader;
+
+constexpr std::string_view kDefaultOrigin = "<embedded default>";
+constexpr std::string_view kEnvPrefix = "KVCACHE_";
+constexpr std::string_view kBackendVariable = "KVCACHE_BACKEND";
+constexpr std::string_view kPluginPathVariable = "KVCACHE_PLUGIN_PATH";
+// Read by the command-line tool, not by the config.
+constexpr std::string_view kLogLevelVariable = "KVCACHE_LOG_LEVEL";
+
+// A variable that sets one key; `key` is empty for a component section (a name, no options).
+struct EnvKey {
+  std::string_view variable;
+  std::string_view section;
+  std::string_view key;
+};
+constexpr std::array<EnvKey, 11> kEnvKeys = {{
+    {"KVCACHE_MODEL_LAYERS", "model", "layers"},
+    {"KVCACHE_MODEL_Q_HEADS", "model", "q_heads"},
+    {"KVCACHE_MODEL_KV_HEADS", "model", "kv_heads"},
+    {"KVCACHE_MODEL_HEAD_DIM", "model", "head_dim"},
+    {"KVCACHE_CACHE_PAGE_SIZE", "cache", "page_size"},
+    {"KVCACHE_CACHE_CAPACITY", "cache", "capacity"},
+    {"KVCACHE_CACHE_PREFIX_CACHING", "cache", "prefix_caching"},
+    {"KVCACHE_QUANTIZER_K", "quantizer", "k"},
+    {"KVCACHE_QUANTIZER_V", "quantizer", "v"},
+    {"KVCACHE_MASK", "mask", ""},
+    {"KVCACHE_EVICTION", "eviction", ""},
+}};
+
+constexpr std::uint32_t kMaxPageSize = 1024;
+
+std::vector<std::string> split(std::string_view text, char separator) {
+  std::vector<std::string> parts;
+  while (true) {
+    const std::size_t end = text.find(separator);
+    parts.emplace_back(text.substr(0, end));
+    if (end == std::string_view::npos) return parts;
+    text.remove_prefix(end + 1);
+  }
+}
+
+std::string trim(std::string_view text) {
+  const auto space = [](char c) { return c == ' ' || c == '\t'; };
+  while (!text.empty() && space(text.front())) text.remove_prefix(1);
+  while (!text.empty() && space(text.back())) text.remove_suffix(1);
+  return std::string(text);
+}
+
+// Applies sources over one Config in order (default, file, environment): every key a source
+// states replaces what came before it.
+class Overlay {
+ public:
+  Overlay(Config& config, std::vector<Diagnostic>& errors) : config_(config), errors_(errors) {}
+
+  void apply_yaml(std::string_view text, const std::string& origin);
+  void apply_environment(const Environment& env);
+  // Checks that involve several keys, on the final values.
+  void check();
+
+ private:
+  void section(YamlReader& reader, const std::string& name, const Field& value);
+  void model_key(YamlReader& reader, const std::string& key, const Field& value);
+  void cache_key(YamlReader& reader, const std::string& key, const Field& value);
+  void plugins_key(YamlReader& reader, const std::string& key, const Field& value);
+  void quantizer_key(YamlReader& reader, const std::string& key, const Field& value);
+  static std::optional<PluginPath> plugin_path(YamlReader& reader, const Field& item);
+  // True if `choice` was replaced.
+  static bool component(YamlReader& reader, const Field& field, ComponentChoice& choice);
+
+  Config& config_;
+  std::vector<Diagnostic>& errors_;
+  // Where the head counts were last set, for the multiple-of check once all sources are in.
+  SourceLocation q_heads_where_;
+  SourceLocation kv_heads_where_;
+  bool head_count_unreadable_ = false;
+};
+
+void Overlay::apply_yaml(std::string_view text, const std::string& origin) {
+  YamlReader reader(origin, errors_);
+  std::vector<YAML::Node> documents;
+  try {
+    documents = YAML::LoadAll(std::string(text));
+  } catch (const YAML::Exception& e) {
+    SourceLocation where{origin, 0, 0};
+    if (!e.mark.is_null()) where = {origin, e.mark.line + 1, e.mark.column + 1};
+    reader.error(where, "", e.msg);
+    return;
+  }
+  if (documents.size() > 1) {
+    reader.error(reader.where(documents[1]), "", "expected one YAML document, found several");
+  }
+  // An empty file states no differences from the default.
+  if (documents.empty() || documents.front().IsNull()) return;
+  reader.for_each_entry(
+      reader.root(documents.front()),
+      {"model", "backend", "cache", "quantizer", "mask", "eviction", "plugins"},
+      [&](const std::string& name, const Field& value) { section(reader, name, value); });
+}
+
+void Overlay::section(YamlReader& reader, const std::string& name, const Field& value) {
+  const auto visit = [&](auto member) {
+    return [&, member](const std::string& key, const Field& field) {
+      (this->*member)(reader, key, field);
+    };
+  };
+  if (name == "model") {
+    reader.for_each_entry(value, {"layers", "q_heads", "kv_heads", "head_dim"},
+                          visit(&Overlay::model_key));
+  } else if (name == "backend") {
+    if (auto backends = reader.names(value, "backend name")) {
+      config_.backends = std::move(*backends);
+      config_.backends_where = value.where;
+    }
+  } else if (name == "cache") {
+    reader.for_each_entry(value, {"page_size", "capacity", "prefix_caching"},
+                          visit(&Overlay::cache_key));
+  } else if (name == "quantizer") {
+    // A plain name sets both; a mapping sets the ones it names.
+    if (value.node.IsScalar()) {
+      if (component(reader, value, config_.k_quantizer)) config_.v_quantizer = config_.k_quantizer;
+    } else if (value.node.IsMap()) {
+      reader.for_each_entry(value, {"k", "v"}, visit(&Overlay::quantizer_key));
+    } else {
+      reader.error(value, "expected a name (for both k and v) or a mapping with keys k, v, got " +
+                              detail::describe(value.node));
+    }
+  } else if (name == "mask") {
+    component(reader, value, config_.mask);
+  } else if (name == "eviction") {
+    component(reader, value, config_.eviction);
+  } else if (name == "plugins") {
+    reader.for_each_entry(value, {"paths", "required"}, visit(&Overlay::plugins_key));
+  }
+}
+
+void Overlay::model_key(YamlReader& reader, const std::string& key, const Field& value) {
+  const std::optional<std::uint32_t> count = reader.positive_int(value);
+  if (key == "q_heads" || key == "kv_heads") {
+    head_count_unreadable_ = head_count_unreadable_ || !count;
+    (key == "q_heads" ? q_heads_where_ : kv_heads_where_) = value.where;
+  }
+  if (!count) return;
+  ModelShape& model = config_.model;
+  if (key == "layers") model.layers = *count;
+  if (key == "q_heads") model.q_heads = *count;
+  if (key == "kv_heads") model.kv_heads = *count;
+  if (key == "head_dim") model.head_dim = *count;
+}
+
+void Overlay::cache_key(YamlReader& reader, const std::string& key, const Field& value) {
+  if (key == "page_size") {
+    const std::optional<std::uint32_t> page_size = reader.positive_int(value);
+    if (!page_size) return;
+    if (*page_size > kMaxPageSize || !std::has_single_bit(*page_size)) {
+      reader.error(value, "expected a power of two from 1 to " + std::to_string(kMaxPageSize) +
+                              ", got '" + std::to_string(*page_size) + "'");
+      return;
+    }
+    config_.cache.page_size = *page_size;
+  } else if (key == "capacity") {
+    const std::optional<std::uint64_t> capacity = reader.size(value);
+    if (!capacity) return;
+    if (*capacity == 0) {
+      reader.error(value, "expected a size greater than zero, got '" + value.node.Scalar() + "'");
+      return;
+    }
+    config_.cache.capacity_bytes = *capacity;
+  } else if (key == "prefix_caching") {
+    if (const auto enabled = reader.boolean(value)) config_.cache.prefix_caching = *enabled;
+  }
+}
+
+void Overlay::quantizer_key(YamlReader& reader, const std::string& key, const Field& value) {
+  component(reader, value, key == "k" ? config_.k_quantizer : config_.v_quantizer);
+}
+
+void Overlay::plugins_key(YamlReader& reader, const std::string& key, const Field& value) {
+  if (key == "paths") {
+    const auto items = reader.items(value, "a list of plugin files or folders");
+    if (!items) return;
+    std::vector<PluginPath> paths;
+    bool ok = true;
+    for (const Field& item : *items) {
+      auto path = plugin_path(reader, item);
+      ok = ok && path.has_value();
+      if (path) paths.push_back(std::move(*path));
+    }
+    if (ok) config_.plugins.paths = std::move(paths);
+  } else if (key == "required") {
+    const auto items = reader.items(value, "a list of plugin names, file names or paths");
+    if (!items) return;
+    std::vector<RequiredPlugin> required;
+    bool ok = true;
+    for (const Field& item : *items) {
+      auto name = reader.text(item, "a plugin name, file name or path");
+      ok = ok && name.has_value();
+      if (name) required.push_back({std::move(*name), item.where});
+    }
+    if (ok) config_.plugins.required = std::move(required);
+  }
+}
+
+// A path entry is "PATH" or {path: PATH, required: BOOL}.
+std::optional<PluginPath> Overlay::plugin_path(YamlReader& reader, const Field& item) {
+  if (item.node.IsScalar()) {
+    auto path = reader.text(item, "a path");
+    if (!path) return std::nullopt;
+    return PluginPath{std::move(*path), false, item.where};
+  }
+  if (!item.node.IsMap()) {
+    reader.error(item, "expected a path or a mapping with keys path, required, got " +
+                           detail::describe(item.node));
+    return std::nullopt;
+  }
+  PluginPath result;
+  bool has_path = false;
+  bool ok = true;
+  const auto visit = [&](const std::string& key, const Field& value) {
+    if (key == "path") {
+      auto path = reader.text(value, "a path");
+      has_path = true;
+      ok = ok && path.has_value();
+      if (path) result = {std::move(*path), result.required, value.where};
+    } else if (const auto required = reader.boolean(value)) {
+      result.required = *required;
+    } else {
+      ok = false;
+    }
+  };
+  reader.for_each_entry(item, {"path", "required"}, visit);
+  if (!has_path) reader.error(item, "missing key 'path'");
+  if (!has_path || !ok) return std::nullopt;
+  return result;
+}
+
+// A component is "NAME" or {name: NAME, <options>}; it replaces the whole previous choice.
+bool Overlay::component(YamlReader& reader, const Field& field, ComponentChoice& choice) {
+  const std::string expected = "a name or a mapping with 'name' and options";
+  if (field.node.IsScalar()) {
+    auto name = reader.text(field, "a name");
+    if (name) choice = {std::move(*name), nlohmann::json::object(), field.where};
+    return name.has_value();
+  }
+  if (!field.node.IsMap()) {
+    reader.error(field, "expected " + expected + ", got " + detail::describe(field.node));
+    return false;
+  }
+  ComponentChoice result;
+  bool has_name = false;
+  bool ok = true;
+  reader.for_each_entry(field, {}, [&](const std::string& key, const Field& value) {
+    if (key == "name") {
+      auto name = reader.text(value, "a name");
+      has_name = true;
+      ok = ok && name.has_value();
+      if (name) {
+        result.name = std::move(*name);
+        result.where = value.where;
+      }
+      return;
+    }
+    auto option = reader.json(value);
+    ok = ok && option.has_value();
+    if (option) result.options[key] = std::move(*option);
+  });
+  if (!has_name) reader.error(field, "missing key 'name': expected " + expected);
+  if (!has_name || !ok) return false;
+  choice = std::move(result);
+  return true;
+}
+
+void Overlay::apply_environment(const Environment& env) {
+  // Fields from the environment carry their own location; the origin here is never shown.
+  YamlReader reader("environment", errors_);
+  for (const auto& [variable, value] : env) {
+    if (!variable.starts_with(kEnvPrefix) || variable == kLogLevelVariable) continue;
+    const SourceLocation where{"environment variable " + variable, 0, 0};
+    if (variable == kBackendVariable) {
+      std::vector<std::string> backends;
+      for (const std::string& part : split(value, ',')) {
+        if (std::string name = trim(part); !name.empty()) backends.push_back(std::move(name));
+      }
+      if (backends.empty()) {
+        reader.error(where, "backend",
+                     "expected a comma-separated list of backend names, got '" + value + "'");
+      } else {
+        config_.backends = std::move(backends);
+        config_.backends_where = where;
+      }
+      continue;
+    }
+    if (variable == kPluginPathVariable) {
+      config_.plugins.env_paths.clear();
+      for (std::string& part : split(value, ':')) {
+        if (!part.empty()) config_.plugins.env_paths.push_back(std::move(part));
+      }
+      continue;
+    }
+    const auto known = std::find_if(kEnvKeys.begin(), kEnvKeys.end(),
+                                    [&](const EnvKey& k) { return k.variable == variable; });
+    if (known == kEnvKeys.end()) {
+      // Compare without the shared prefix, which would make every name look near.
+      std::vector<std::string_view> names = {kBackendVariable, kPluginPathVariable,
+                                             kLogLevelVariable};
+      for (const EnvKey& k : kEnvKeys) names.push_back(k.variable);
+      for (std::string_view& name : names) name.remove_prefix(kEnvPrefix.size());
+      const auto nearest =
+          nearest_name(std::string_view(variable).substr(kEnvPrefix.size()), names);
+      config_.warnings.push_back(
+          {Diagnostic::Severity::warning, where, "",
+           "unknown variable " + variable +
+               (nearest ? " (did you mean " + std::string(kEnvPrefix) + *nearest + "?)" : "")});
+      continue;
+    }
+    const std::string section(known->section);
+    const std::string key(known->key);
+    const Field field{YAML::Node(value), where, key.empty() ? section : section + "." + key};
+    if (section == "model") model_key(reader, key, field);
+    if (section == "cache") cache_key(reader, key, field);
+    if (section == "quantizer") quantizer_key(reader, key, field);
+    if (section == "mask") component(reader, field, config_.mask);
+    if (section == "eviction") component(reader, field, config_.eviction);
+  }
+}
+
+void Overlay::check() {
+  const ModelShape& model = config_.model;
+  if (head_count_unreadable_ || model.kv_heads == 0 || model.q_heads % model.kv_heads == 0) return;
+  // Point at what the user wrote: kv_heads, unless only q_heads was changed from the default.
+  const bool q_heads_only =
+      kv_heads_where_.origin == kDefaultOrigin && q_heads_where_.origin != kDefaultOrigin;
+  errors_.push_back({Diagnostic::Severity::error, q_heads_only ? q_heads_where_ : kv_heads_where_,
+                     q_heads_only ? "model.q_heads" : "model.kv_heads",
+                     "q_heads (" + std::to_string(model.q_heads) +
+                         ") must be a multiple of kv_heads (" + std::to_string(model.kv_heads) +
+                         ")"});
+}
+
+// The default, then `yaml` if given, then `env`; throws ConfigError listing every error.
+Config resolve(std::optional<std::string_view> yaml, const std::string& origin,
+               const Environment& env) {
+  Config config;
+  config.origin = origin;
+  std::vector<Diagnostic> errors;
+  Overlay overlay(config, errors);
+  overlay.apply_yaml(default_config_yaml(), std::string(kDefaultOrigin));
+  if (yaml) overlay.apply_yaml(*yaml, origin);
+  overlay.apply_environment(env);
+  overlay.check();
+  if (!errors.empty()) {
+    errors.insert(errors.end(), config.warnings.begin(), config.warnings.end());
+    throw ConfigError(std::move(errors));
+  }
+  return config;
+}
+
+std::string joined(const std::vector<Diagnostic>& diagnostics) {
+  std::string text;
+  for (const Diagnostic& diagnostic : diagnostics) {
+    if (!text.empty()) text += '\n';
+    text += to_string(diagnostic);
+  }
+  return text;
+}
+
+// Strings that would read back as another type, or not at all, must be quoted.
+bool needs_quotes(const std::string& text) {
+  return text.empty() || text == "~" || text == "null" || text == "Null" || text == "NULL" ||
+         !detail::scalar_to_json(text).is_string();
+}
+
+void emit_json(YAML::Emitter& out, const nlohmann::json& value) {
+  switch (value.type()) {
+    case nlohmann::json::value_t::object:
+      out << YAML::BeginMap;
+      for (const auto& [key, item] : value.items()) {
+        out << YAML::Key << key << YAML::Value;
+        emit_json(out, item);
+      }
+      out << YAML::EndMap;
+      break;
+    case nlohmann::json::value_t::array:
+      out << YAML::BeginSeq;
+      for (const auto& item : value) emit_json(out, item);
+      out << YAML::EndSeq;
+      break;
+    case nlohmann::json::value_t::string: {
+      const auto& text = value.get_ref<const std::string&>();
+      if (needs_quotes(text)) out << YAML::DoubleQuoted;
+      out << text;
+      break;
+    }
+    case nlohmann::json::value_t::boolean:
+      out << value.get<bool>();
+      break;
+    case nlohmann::json::value_t::number_integer:
+      out << value.get<std::int64_t>();
+      break;
+    case nlohmann::json::value_t::number_unsigned:
+      out << value.get<std::uint64_t>();
+      break;
+    // JSON's text is the shortest that reads back exactly, and always looks like a double.
+    case nlohmann::json::value_t::number_float:
+      out << value.dump();
+      break;
+    default:
+      out << YAML::Null;
+      break;
+  }
+}
+
+void emit_component(YAML::Emitter& out, const ComponentChoice& choice) {
+  if (choice.options.empty()) {
+    out << choice.name;
+    return;
+  }
+  out << YAML::BeginMap << YAML::Key << "name" << YAML::Value << choice.name;
+  for (const auto& [key, item] : choice.options.items()) {
+    out << YAML::Key << key << YAML::Value;
+    emit_json(out, item);
+  }
+  out << YAML::EndMap;
+}
+
+}  // namespace
+
+std::string to_string(const SourceLocation& where) {
+  if (where.line == 0) return where.origin;
+  std::string text = where.origin + ":" + std::to_string(where.line);
+  if (where.column != 0) text += ":" + std::to_string(where.column);
+  return text;
+}
+
+std::string to_string(const Diagnostic& diagnostic) {
+  const bool error = diagnostic.severity == Diagnostic::Severity::error;
+  return to_string(diagnostic.where) + (error ? ": error: " : ": warning: ") +
+         (diagnostic.key.empty() ? "" : diagnostic.key + ": ") + diagnostic.message;
+}
+
+ConfigError::ConfigError(std::vector<Diagnostic> diagnostics)
+    : Error(Code::invalid_argument, joined(diagnostics)), diagnostics_(std::move(diagnostics)) {}
+
+Environment process_environment() {
+  Environment env;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const std::string_view text(*entry);
+    const std::size_t equals = text.find('=');
+    if (!text.starts_with(kEnvPrefix) || equals == std::string_view::npos) continue;
+    env.emplace(text.substr(0, equals), text.substr(equals + 1));
+  }
+  return env;
+}
+
+std::string_view default_config_yaml() {
+  return detail::default_config_text;
+}
+
+Config default_config(const Environment& env) {
+  return resolve(std::nullopt, std::string(kDefaultOrigin), env);
+}
+
+Config parse_config(std::string_view yaml, const std::string& origin, const Environment& env) {
+  return resolve(yaml, origin, env);
+}
+
+Config load_config(const std::filesystem::path& file, const Environment& env) {
+  const std::string name = file.string();
+  std::error_code ignored;
+  std::string reason;
+  std::ostringstream text;
+  if (std::filesystem::is_directory(file, ignored)) {
+    reason = std::strerror(EISDIR);
+  } else if (std::ifstream in(file, std::ios::binary); !in) {
+    reason = std::strerror(errno);
+  } else if (!(text << in.rdbuf()) && in.bad()) {
+    reason = std::strerror(errno);
+  }
+  if (!reason.empty()) {
+    throw ConfigError({{Diagnostic::Severity::error,
+                        {name, 0, 0},
+                        "",
+                        "cannot read config file '" + name + "': " + reason}});
+  }
+  return resolve(text.str(), name, env);
+}
+
+std::string to_yaml(const Config& config) {
+  YAML::Emitter out;
+  out << YAML::Comment("kvcache configuration resolved from " + config.origin);
+  out << YAML::BeginMap;
+  out << YAML::Key << "model" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  out << YAML::Key << "layers" << YAML::Value << config.model.layers;
+  out << YAML::Key << "q_heads" << YAML::Value << config.model.q_heads;
+  out << YAML::Key << "kv_heads" << YAML::Value << config.model.kv_heads;
+  out << YAML::Key << "head_dim" << YAML::Value << config.model.head_dim;
+  out << YAML::EndMap;
+  out << YAML::Key << "backend" << YAML::Value << YAML::Flow << config.backends;
+  out << YAML::Key << "cache" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  out << YAML::Key << "page_size" << YAML::Value << config.cache.page_size;
+  out << YAML::Key << "capacity" << YAML::Value << format_size(config.cache.capacity_bytes);
+  out << YAML::Key << "prefix_caching" << YAML::Value << config.cache.prefix_caching;
+  out << YAML::EndMap;
+  out << YAML::Key << "quantizer" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  out << YAML::Key << "k" << YAML::Value;
+  emit_component(out, config.k_quantizer);
+  out << YAML::Key << "v" << YAML::Value;
+  emit_component(out, config.v_quantizer);
+  out << YAML::EndMap;
+  out << YAML::Key << "mask" << YAML::Value << YAML::Flow;
+  emit_component(out, config.mask);
+  out << YAML::Key << "eviction" << YAML::Value << YAML::Flow;
+  emit_component(out, config.eviction);
+  // env_paths are left out: they come from KVCACHE_PLUGIN_PATH, not from a file.
+  out << YAML::Key << "plugins" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  out << YAML::Key << "paths" << YAML::Value << YAML::BeginSeq;
+  for (const PluginPath& path : config.plugins.paths) {
+    if (!path.required) {
+      out << path.path;
+      continue;
+    }
+    out << YAML::BeginMap << YAML::Key << "path" << YAML::Value << path.path;
+    out << YAML::Key << "required" << YAML::Value << true << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+  out << YAML::Key << "required" << YAML::Value << YAML::BeginSeq;
+  for (const RequiredPlugin& plugin : config.plugins.required) out << plugin.name;
+  out << YAML::EndSeq << YAML::EndMap;
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace kvcache

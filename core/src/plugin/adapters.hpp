@@ -1,0 +1,45 @@
+// Host adapters: a plugin's C table wrapped back into kvcache's C++ interfaces.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kvcache/backend.hpp"
+#include "kvcache/eviction.hpp"
+#include "kvcache/mask.hpp"
+#include "kvcache/quantizer.hpp"
+#include "plugin/host_call.hpp"
+#include "plugin/plugin_library.hpp"
+
+namespace kvcache::plugin {
+
+// Each creates the plugin object with `options_json` and adapts it; throws Error on failure.
+// `who` names the component in every error ("mask 'causal' (kvcache-masks.so)").
+std::unique_ptr<AttentionMask> make_mask(std::shared_ptr<const PluginLibrary> library,
+                                         const kvc_component& component,
+                                         const std::string& options_json, const std::string& who);
+std::unique_ptr<Quantizer> make_quantizer(std::shared_ptr<const PluginLibrary> library,
+                                          const kvc_component& component,
+                                          const std::string& options_json, const std::string& who);
+std::unique_ptr<EvictionPolicy> make_eviction(std::shared_ptr<const PluginLibrary> library,
+                                              const kvc_component& component,
+                                              const std::string& options_json,
+                                              const std::string& who);
+std::unique_ptr<Backend> make_backend(std::shared_ptr<const PluginLibrary> library,
+                                      const kvc_component& component,
+                                      const std::string& options_json, const std::string& who);
+
+// Creates the raw plugin object of a table with the common instance header.
+template <class Table>
+std::unique_ptr<PluginInstance<Table>> create_instance(std::shared_ptr<const PluginLibrary> library,
+                                                       const kvc_component& component,
+                                                       const std::string& options_json,
+                                                       const std::string& who) {
+  const auto* table = static_cast<const Table*>(component.table);
+  void* handle = nullptr;
+  host_call(who, [&](kvc_error* err) { return table->create(options_json.c_str(), &handle, err); });
+  if (handle == nullptr) throw Error(Code::internal, who + ": create returned no object");
+  return std::make_unique<PluginInstance<Table>>(std::move(library), table, handle, who);
+}
+
+}  // namespace kvcache::plugin

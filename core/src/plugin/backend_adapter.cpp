@@ -1,0 +1,44 @@
+#include "kvcache/backend.hpp"
+
+#include <cstring>
+
+#include "plugin/adapters.hpp"
+
+namespace kvcache::plugin {
+namespace {
+
+class HostBackend final : public Backend {
+ public:
+  explicit HostBackend(std::unique_ptr<PluginInstance<kvc_backend_table>> instance)
+      : instance_(std::move(instance)) {}
+
+  std::vector<DeviceInfo> devices() const override {
+    uint32_t count = 0;
+    instance_->call(&kvc_backend_table::device_count, &count);
+    std::vector<DeviceInfo> result;
+    result.reserve(count);
+    for (uint32_t i = 0; i < count; ++i) {
+      kvc_device_info d{};
+      d.struct_size = sizeof(d);
+      instance_->call(&kvc_backend_table::device_info, i, &d);
+      result.push_back({d.index, std::string(d.name, strnlen(d.name, sizeof(d.name))),
+                        d.memory_bytes, d.available != 0,
+                        std::string(d.reason, strnlen(d.reason, sizeof(d.reason)))});
+    }
+    return result;
+  }
+
+ private:
+  std::unique_ptr<PluginInstance<kvc_backend_table>> instance_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(std::shared_ptr<const PluginLibrary> library,
+                                      const kvc_component& component,
+                                      const std::string& options_json, const std::string& who) {
+  return std::make_unique<HostBackend>(
+      create_instance<kvc_backend_table>(std::move(library), component, options_json, who));
+}
+
+}  // namespace kvcache::plugin

@@ -1,0 +1,111 @@
+#include "plugin/plugin_library.hpp"
+
+#include <cstddef>
+#include <exception>
+#include <string_view>
+
+#include <boost/dll/shared_library_load_mode.hpp>
+#include <boost/dll/detail/system_error.hpp>
+
+#include "kvcache/status.hpp"
+#include "plugin/host_call.hpp"
+
+#ifndef KVCACHE_VERSION
+#define KVCACHE_VERSION "unknown"
+#endif
+
+namespace kvcache::plugin {
+namespace {
+
+// Boost.DLL's message is "<what> (dlerror system message: <dlerror>): <errno text>"; the errno
+// part is unrelated noise, the dlerror part is what users need.
+std::string dlerror_part(std::string_view text) {
+  constexpr std::string_view marker = "dlerror system message: ";
+  const std::size_t start = text.find(marker);
+  if (start == std::string_view::npos) return std::string(text);
+  const std::size_t end = text.rfind("): ");
+  const std::size_t stop = (end == std::string_view::npos || end < start) ? text.size() : end;
+  return std::string(text.substr(start + marker.size(), stop - start - marker.size()));
+}
+
+void validate(const kvc_plugin_descriptor& d) {
+  if (d.struct_size < offsetof(kvc_plugin_descriptor, components) + sizeof(d.components))
+    throw LoadError("descriptor is " + std::to_string(d.struct_size) + " bytes, too small");
+  if (d.abi_major != KVC_ABI_MAJOR)
+    throw LoadError("ABI major mismatch: plugin is built for ABI " + std::to_string(d.abi_major) +
+                    "." + std::to_string(d.abi_minor) + ", this host implements ABI " +
+                    std::to_string(KVC_ABI_MAJOR) + "." + std::to_string(KVC_ABI_MINOR));
+  if (d.name == nullptr || *d.name == '\0') throw LoadError("descriptor has no plugin name");
+  if (d.n_components > 0 && d.components == nullptr)
+    throw LoadError("descriptor lists " + std::to_string(d.n_components) +
+                    " components but no component array");
+  for (uint32_t i = 0; i < d.n_components; ++i) {
+    const kvc_component& c = d.components[i];
+    const std::string which = "component #" + std::to_string(i);
+    if (c.struct_size < offsetof(kvc_component, table) + sizeof(c.table))
+      throw LoadError(which + ": record is " + std::to_string(c.struct_size) + " bytes, too small");
+    if (c.name == nullptr || *c.name == '\0') throw LoadError(which + " has no name");
+    const std::size_t needed = minimum_table_size(c.kind);
+    if (needed == 0) continue;  // a kind from a newer minor: the registry ignores it
+    if (c.table == nullptr) throw LoadError(which + " '" + c.name + "' has no function table");
+    const auto table_size = *static_cast<const uint32_t*>(c.table);
+    if (table_size < needed)
+      throw LoadError(which + " '" + c.name + "': function table is " +
+                      std::to_string(table_size) + " bytes, ABI 1.0 needs " +
+                      std::to_string(needed));
+  }
+}
+
+}  // namespace
+
+std::size_t minimum_table_size(std::uint32_t kind) {
+  switch (kind) {
+    case KVC_KIND_BACKEND: return sizeof(kvc_backend_table);
+    case KVC_KIND_QUANTIZER: return sizeof(kvc_quantizer_table);
+    case KVC_KIND_MASK: return sizeof(kvc_mask_table);
+    case KVC_KIND_EVICTION: return sizeof(kvc_eviction_table);
+    default: return 0;
+  }
+}
+
+std::shared_ptr<const PluginLibrary> PluginLibrary::load(const std::filesystem::path& file) {
+  std::error_code fs_error;
+  if (!std::filesystem::is_regular_file(file, fs_error))
+    throw LoadError(std::filesystem::exists(file, fs_error) ? "not a regular file"
+                                                            : "no such file");
+  boost::dll::shared_library library;
+  try {
+    // rtld_now: an unresolved symbol fails here, with the file named, not at first call.
+    library.load(file, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+  } catch (const boost::dll::fs::system_error& e) {
+    throw LoadError("cannot load: " + dlerror_part(e.what()));
+  }
+  if (!library.has(KVC_ENTRY_SYMBOL))
+    throw LoadError(std::string("no entry function '") + KVC_ENTRY_SYMBOL +
+                    "' (not a kvcache plugin)");
+  const auto entry = library.get<std::remove_pointer_t<kvc_plugin_entry_fn>>(KVC_ENTRY_SYMBOL);
+
+  const kvc_host_info host{sizeof(kvc_host_info), KVC_ABI_MAJOR, KVC_ABI_MINOR, KVCACHE_VERSION};
+  kvc_error err{sizeof(kvc_error), KVC_OK, {}};
+  const kvc_plugin_descriptor* descriptor = nullptr;
+  int32_t rc = KVC_OK;
+  // The contract says the entry never throws; a hand-written one might anyway.
+  try {
+    rc = entry(&host, &descriptor, &err);
+  } catch (const std::exception& e) {
+    throw LoadError(std::string("entry function threw an exception: ") + e.what());
+  } catch (...) {
+    throw LoadError("entry function threw an unknown exception");
+  }
+  if (rc != KVC_OK)
+    throw LoadError("entry function failed (" +
+                    std::string(code_name(static_cast<Code>(rc))) + "): " + message_of(err));
+  if (descriptor == nullptr) throw LoadError("entry function returned no descriptor");
+  validate(*descriptor);
+
+  std::shared_ptr<PluginLibrary> result(new PluginLibrary(file, std::move(library)));
+  result->descriptor_ = descriptor;
+  return result;
+}
+
+}  // namespace kvcache::plugin

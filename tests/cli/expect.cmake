@@ -1,0 +1,27 @@
+# cmake -DCOMMAND="exe|arg|..." -DEXIT=<code> [-DMATCH="regex|..."] [-DNO_MATCH="regex|..."]
+#       [-DENV="NAME=value|..."] -P expect.cmake
+# Runs a command and checks its exit code and its combined stdout+stderr: ctest alone cannot
+# check both at once.
+foreach(list IN ITEMS COMMAND MATCH NO_MATCH ENV)
+  string(REPLACE "|" ";" ${list} "${${list}}")
+endforeach()
+foreach(assignment IN LISTS ENV)
+  string(REGEX MATCH "^([^=]+)=(.*)$" _ "${assignment}")
+  set(ENV{${CMAKE_MATCH_1}} "${CMAKE_MATCH_2}")
+endforeach()
+execute_process(COMMAND ${COMMAND} RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+set(all "${out}${err}")
+if(NOT code STREQUAL EXIT)
+  message(FATAL_ERROR "exit code ${code}, expected ${EXIT}; output:\n${all}")
+endif()
+foreach(pattern IN LISTS MATCH)
+  if(NOT all MATCHES "${pattern}")
+    message(FATAL_ERROR "output lacks /${pattern}/; output:\n${all}")
+  endif()
+endforeach()
+foreach(pattern IN LISTS NO_MATCH)
+  if(all MATCHES "${pattern}")
+    message(FATAL_ERROR "output has /${pattern}/; output:\n${all}")
+  endif()
+endforeach()
+message(STATUS "ok:\n${all}")

@@ -1,0 +1,54 @@
+// kvcache: plan, check and inspect KV caches from the command line.
+#include <cstdlib>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "commands.hpp"
+#include "kvcache/config.hpp"
+#include "kvcache/status.hpp"
+
+#ifndef KVCACHE_VERSION
+#define KVCACHE_VERSION "unknown"
+#endif
+
+namespace kvcache::tool {
+
+Config selected_config(const Globals& globals) {
+  const Environment env = process_environment();
+  return globals.config_file.empty() ? default_config(env) : load_config(globals.config_file, env);
+}
+
+}  // namespace kvcache::tool
+
+int main(int argc, char** argv) {
+  using namespace kvcache;
+  CLI::App app{"kvcache: paged, quantized KV caches for LLM inference"};
+  app.set_version_flag("--version", std::string("kvcache ") + KVCACHE_VERSION + " (plugin ABI " +
+                                        std::to_string(KVC_ABI_MAJOR) + "." +
+                                        std::to_string(KVC_ABI_MINOR) + ")");
+  app.require_subcommand(1);
+  tool::Globals globals;
+  if (const char* level = std::getenv("KVCACHE_LOG_LEVEL")) globals.log_level = level;
+  app.add_option("--log-level", globals.log_level,
+                 "trace, debug, info, warn, error, critical or off (env KVCACHE_LOG_LEVEL)")
+      ->capture_default_str();
+  app.add_option("-c,--config", globals.config_file,
+                 "config file (YAML); default: the embedded config")
+      ->check(CLI::ExistingFile);
+  app.parse_complete_callback([&] { tool::setup_logging(globals.log_level); });
+  tool::add_plugins_command(app, globals);
+  tool::add_config_command(app, globals);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const ConfigError& e) {
+    std::cerr << e.what() << '\n';
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "kvcache: error: " << e.what() << '\n';
+    return 1;
+  }
+  return 0;
+}
