@@ -23,7 +23,9 @@ set(CMAKE_VISIBILITY_INLINES_HIDDEN ON)
 set(KVCACHE_OUTPUT_DIR "${PROJECT_BINARY_DIR}/lib")
 set(CMAKE_LIBRARY_OUTPUT_DIRECTORY "${KVCACHE_OUTPUT_DIR}")
 set(CMAKE_RUNTIME_OUTPUT_DIRECTORY "${PROJECT_BINARY_DIR}/bin")
-set(KVCACHE_INSTALL_PLUGIN_DIR "${CMAKE_INSTALL_FULL_LIBDIR}/kvcache/plugins")
+# Plugins install next to libkvcache, in the folder that discovery searches relative to it.
+set(KVCACHE_INSTALL_PLUGIN_DIR "${CMAKE_INSTALL_LIBDIR}/kvcache/plugins")
+set(KVCACHE_INSTALL_CMAKE_DIR "${CMAKE_INSTALL_LIBDIR}/cmake/kvcache")
 
 add_compile_options(-Wall -Wextra -Wpedantic)
 

@@ -1,11 +1,12 @@
-# kvcache_add_plugin(<name> SOURCES ... [LINK ...] [OUTPUT_DIR dir])
+# kvcache_add_plugin(<name> SOURCES ... [LINK ...] [OUTPUT_DIR dir] [INSTALL])
 #
 # Builds a kvcache plugin: a MODULE library named kvcache-<name>.so with hidden visibility that
 # exports only `kvcache_plugin_entry`. Used in-tree and by third parties (installed with the SDK).
+# INSTALL puts it in <libdir>/kvcache/plugins, where kvcache looks relative to libkvcache.
 include_guard(GLOBAL)
 
 function(kvcache_add_plugin name)
-  cmake_parse_arguments(ARG "" "OUTPUT_DIR" "SOURCES;LINK" ${ARGN})
+  cmake_parse_arguments(ARG "INSTALL" "OUTPUT_DIR" "SOURCES;LINK" ${ARGN})
   set(target kvcache-${name})
   add_library(${target} MODULE ${ARG_SOURCES})
   set_target_properties(${target} PROPERTIES
@@ -22,6 +23,10 @@ function(kvcache_add_plugin name)
   endif()
   if(ARG_LINK)
     target_link_libraries(${target} PRIVATE ${ARG_LINK})
+  endif()
+  if(ARG_INSTALL)
+    include(GNUInstallDirs)
+    install(TARGETS ${target} LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}/kvcache/plugins")
   endif()
   # A plugin that forgot a symbol must fail at link time, not at dlopen in the field.
   target_link_options(${target} PRIVATE -Wl,--no-undefined)

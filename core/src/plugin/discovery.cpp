@@ -7,10 +7,6 @@
 
 #include <boost/dll/runtime_symbol_info.hpp>
 
-#ifndef KVCACHE_INSTALL_PLUGIN_DIR
-#define KVCACHE_INSTALL_PLUGIN_DIR ""
-#endif
-
 namespace kvcache {
 namespace fs = std::filesystem;
 
@@ -78,8 +74,9 @@ SearchPlan Registry::search_plan(const PluginSettings& settings) {
     (fs::is_directory(path, ec) ? plan.config_dirs : plan.forced_files).push_back(path);
   }
   for (const std::string& e : settings.env_paths) plan.env_entries.emplace_back(e);
-  plan.install_dir = KVCACHE_INSTALL_PLUGIN_DIR;
-  plan.library_dir = boost::dll::this_line_location().parent_path();
+  plan.library_dir = boost::dll::this_line_location().parent_path().lexically_normal();
+  // Relative to libkvcache, so an installed tree works wherever it is unpacked.
+  plan.install_dir = plan.library_dir / "kvcache" / "plugins";
   return plan;
 }
 
