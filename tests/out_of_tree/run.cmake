@@ -1,6 +1,7 @@
 # cmake -DBUILD_DIR=<kvcache build> -DSOURCE_DIR=<this folder> -DWORK_DIR=<scratch> -P run.cmake
 # Installs kvcache into a scratch prefix, builds the third-party plugin against that install,
 # and checks that the installed tool finds both its own plugins and the third-party one.
+cmake_minimum_required(VERSION 3.25)
 file(REMOVE_RECURSE "${WORK_DIR}")
 function(run)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
