@@ -1,8 +1,8 @@
 # cmake -DCOMMAND="exe|arg|..." -DEXIT=<code> [-DMATCH="regex|..."] [-DNO_MATCH="regex|..."]
-cmake_minimum_required(VERSION 3.25)
 #       [-DENV="NAME=value|..."] -P expect.cmake
 # Runs a command and checks its exit code and its combined stdout+stderr: ctest alone cannot
 # check both at once.
+cmake_minimum_required(VERSION 3.25)
 foreach(list IN ITEMS COMMAND MATCH NO_MATCH ENV)
   string(REPLACE "|" ";" ${list} "${${list}}")
 endforeach()
