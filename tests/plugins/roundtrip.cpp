@@ -122,6 +122,10 @@ class TestBackend final : public Backend {
                    std::uint64_t{1} << 30, i == 0, i == 0 ? "" : "busy"});
     return d;
   }
+  std::unique_ptr<CacheStore> create_store(const StoreSpec& spec) override {
+    throw Error(Code::unsupported, "test backend keeps no cache (page_size " +
+                                       std::to_string(spec.page_size) + " asked)");
+  }
 
  private:
   int count_;
@@ -133,6 +137,9 @@ class OfflineBackend final : public Backend {
   explicit OfflineBackend(const sdk::Options&) {}
   static sdk::Availability availability() { return {false, "no test accelerator attached"}; }
   std::vector<DeviceInfo> devices() const override { return {}; }
+  std::unique_ptr<CacheStore> create_store(const StoreSpec&) override {
+    throw Error(Code::unavailable, "no test accelerator attached");
+  }
 };
 
 }  // namespace

@@ -3,8 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "kvcache/cache_store.hpp"
 
 namespace kvcache {
 
@@ -20,6 +23,8 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::vector<DeviceInfo> devices() const = 0;
+  // A store whose pools are allocated once, here, from spec.capacity_bytes.
+  virtual std::unique_ptr<CacheStore> create_store(const StoreSpec& spec) = 0;
 };
 
 }  // namespace kvcache

@@ -158,6 +158,8 @@ typedef struct kvc_format_desc {
   DLDataType scale_dtype; /* bits == 0 when there is no scale */
   uint64_t tile_bytes; /* codes + scales (+ zeros) of one tile */
   uint64_t code_bytes; /* the codes, first in the tile; scales and zeros follow */
+  uint32_t slot_code_bytes; /* per slot, when slots are self-contained; else 0 */
+  uint32_t slot_meta_bytes;
 } kvc_format_desc;
 
 typedef struct kvc_quantizer_table {
@@ -221,6 +223,69 @@ typedef struct kvc_eviction_table {
                          kvc_plan_builder* plan, kvc_error* err);
 } kvc_eviction_table;
 
+/* ---- cache stores ------------------------------------------------------------------------- */
+
+typedef struct kvc_store_info {
+  uint32_t struct_size;
+  uint32_t page_size;
+  uint64_t total_pages;
+  uint64_t page_bytes; /* one page across all layers, K and V, scales included */
+  kvc_format_desc k_format;
+  kvc_format_desc v_format;
+} kvc_store_info;
+
+typedef struct kvc_store_stats {
+  uint32_t struct_size;
+  uint32_t reserved;
+  uint64_t total_pages;
+  uint64_t used_pages;
+  uint64_t cached_pages;
+  uint64_t free_pages;
+  uint64_t sequences;
+  uint64_t occupied_slots;
+  uint64_t unused_slots;
+  uint64_t page_bytes;
+} kvc_store_stats;
+
+/* See kvcache/cache_store.hpp for the meaning of each operation. */
+typedef struct kvc_store_table {
+  uint32_t struct_size;
+  void (*destroy)(void* store);
+  int32_t (*info)(void* store, kvc_store_info* out, kvc_error* err);
+  int32_t (*stats)(void* store, kvc_store_stats* out, kvc_error* err);
+  int32_t (*create_sequence)(void* store, uint64_t* sequence, kvc_error* err);
+  int32_t (*release)(void* store, uint64_t sequence, kvc_error* err);
+  int32_t (*fork)(void* store, uint64_t parent, uint64_t* child, kvc_error* err);
+  int32_t (*reserve)(void* store, const uint64_t* sequences, const uint32_t* tokens, uint64_t n,
+                     kvc_error* err);
+  int32_t (*append)(void* store, uint32_t layer, const uint64_t* sequences, const uint32_t* counts,
+                    uint64_t n, const DLTensor* k, const DLTensor* v, kvc_error* err);
+  int32_t (*drop)(void* store, uint64_t sequence, const kvc_range* ranges, uint64_t n,
+                  uint64_t* dropped, kvc_error* err);
+  int32_t (*length)(void* store, uint64_t sequence, uint64_t* out, kvc_error* err);
+  int32_t (*written)(void* store, uint64_t sequence, uint32_t layer, uint64_t* out,
+                     kvc_error* err);
+  /* Writes min(capacity, length) positions; *count = the sequence's length. */
+  int32_t (*positions)(void* store, uint64_t sequence, int64_t* out, uint64_t capacity,
+                       uint64_t* count, kvc_error* err);
+  int32_t (*publish_prefix)(void* store, uint64_t sequence, const int32_t* token_ids, uint64_t n,
+                            kvc_error* err);
+  int32_t (*match_prefix)(void* store, uint64_t sequence, const int32_t* token_ids, uint64_t n,
+                          uint64_t* matched, kvc_error* err);
+  int32_t (*evict_cached)(void* store, uint64_t count, uint64_t* evicted, kvc_error* err);
+  /* indptr[n + 1] and last_page_len[n] are always written; indices only when capacity >=
+   * indptr[n] (the caller retries with a larger buffer otherwise). */
+  int32_t (*page_table)(void* store, const uint64_t* sequences, uint64_t n, int32_t* indptr,
+                        int32_t* indices, uint64_t capacity, int32_t* last_page_len,
+                        kvc_error* err);
+  int32_t (*gather)(void* store, uint32_t layer, uint64_t sequence, DLTensor* k, DLTensor* v,
+                    kvc_error* err);
+  /* Copies the tile when capacity >= its size; *size = the tile's size. */
+  int32_t (*read_tile)(void* store, uint32_t page, uint32_t layer, uint32_t kv_head,
+                       uint32_t value, void* out, uint64_t capacity, uint64_t* size,
+                       kvc_error* err);
+} kvc_store_table;
+
 /* ---- backends ----------------------------------------------------------------------------- */
 
 typedef struct kvc_device_info {
@@ -237,6 +302,9 @@ typedef struct kvc_backend_table {
   KVC_INSTANCE_TABLE_HEADER
   int32_t (*device_count)(void* instance, uint32_t* count, kvc_error* err);
   int32_t (*device_info)(void* instance, uint32_t index, kvc_device_info* out, kvc_error* err);
+  /* spec_json: see kvcache::StoreSpec. The store is freed by (*table)->destroy. */
+  int32_t (*create_store)(void* instance, const char* spec_json, const kvc_store_table** table,
+                          void** store, kvc_error* err);
 } kvc_backend_table;
 
 #ifdef __cplusplus

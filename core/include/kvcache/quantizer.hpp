@@ -16,7 +16,9 @@ enum class Granularity : std::uint32_t {
 };
 
 // Layout of one tile: the page_size tokens of one page, one layer and one KV head. Codes come
-// first (code_bytes), then scales and zeros up to tile_bytes.
+// first (code_bytes), then scales and zeros up to tile_bytes. Formats whose slots are
+// self-contained give their per-slot sizes (codes at slot * slot_code_bytes, meta at
+// code_bytes + slot * slot_meta_bytes); 0 when a slot is not separable.
 struct StorageFormat {
   std::uint32_t code_bits = 0;
   Granularity granularity = Granularity::none;
@@ -25,6 +27,8 @@ struct StorageFormat {
   DLDataType scale_dtype{0, 0, 0};  // bits == 0: no scale
   std::uint64_t tile_bytes = 0;
   std::uint64_t code_bytes = 0;
+  std::uint32_t slot_code_bytes = 0;
+  std::uint32_t slot_meta_bytes = 0;
 };
 
 class Quantizer {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kvcache/backend.hpp"
+#include "kvcache/cache_store.hpp"
 #include "kvcache/eviction.hpp"
 #include "kvcache/mask.hpp"
 #include "kvcache/quantizer.hpp"
@@ -28,6 +29,11 @@ std::unique_ptr<EvictionPolicy> make_eviction(std::shared_ptr<const PluginLibrar
 std::unique_ptr<Backend> make_backend(std::shared_ptr<const PluginLibrary> library,
                                       const kvc_component& component,
                                       const std::string& options_json, const std::string& who);
+
+// Adapts a store that a backend created (the backend's library stays loaded while it lives).
+std::unique_ptr<CacheStore> make_store(std::shared_ptr<const PluginLibrary> library,
+                                       const kvc_store_table* table, void* store,
+                                       const std::string& who);
 
 // Creates the raw plugin object of a table with the common instance header.
 template <class Table>

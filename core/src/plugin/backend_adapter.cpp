@@ -28,6 +28,20 @@ class HostBackend final : public Backend {
     return result;
   }
 
+  std::unique_ptr<CacheStore> create_store(const StoreSpec& spec) override {
+    const kvc_store_table* table = nullptr;
+    void* store = nullptr;
+    const std::string json = to_json(spec).dump();
+    instance_->call(&kvc_backend_table::create_store, json.c_str(), &table, &store);
+    if (table == nullptr || store == nullptr)
+      throw Error(Code::internal, instance_->who() + ": create_store returned no store");
+    if (table->struct_size < sizeof(kvc_store_table)) {
+      table->destroy(store);
+      throw Error(Code::internal, instance_->who() + ": store table is too small for ABI 1.0");
+    }
+    return make_store(instance_->library(), table, store, instance_->who() + " store");
+  }
+
  private:
   std::unique_ptr<PluginInstance<kvc_backend_table>> instance_;
 };

@@ -41,6 +41,7 @@ class PluginInstance {
     host_call(who_, [&](kvc_error* err) { return (table_->*fn)(handle_, args..., err); });
   }
   const Table& table() const { return *table_; }
+  const std::shared_ptr<const PluginLibrary>& library() const { return library_; }
   const std::string& who() const { return who_; }
 
  private:

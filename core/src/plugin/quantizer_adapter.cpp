@@ -1,6 +1,7 @@
 #include "kvcache/quantizer.hpp"
 
 #include "plugin/adapters.hpp"
+#include "plugin/c_types.hpp"
 
 namespace kvcache::plugin {
 namespace {
@@ -14,8 +15,7 @@ class HostQuantizer final : public Quantizer {
     kvc_format_desc d{};
     d.struct_size = sizeof(d);
     instance_->call(&kvc_quantizer_table::describe, head_dim, page_size, &d);
-    return {d.code_bits,    static_cast<Granularity>(d.granularity), d.group_size, d.symmetric != 0,
-            d.scale_dtype, d.tile_bytes,                             d.code_bytes};
+    return from_c(d);
   }
   void encode(const DLTensor& src, std::uint32_t first_slot, std::uint32_t page_size,
               void* tile) const override {

@@ -29,7 +29,10 @@
 #include "kvcache/mask.hpp"
 #include "kvcache/plugin_abi.h"
 #include "kvcache/quantizer.hpp"
+#include "kvcache/sdk/c_types.hpp"
+#include "kvcache/sdk/guard.hpp"
 #include "kvcache/sdk/options.hpp"
+#include "kvcache/sdk/store_thunks.hpp"
 #include "kvcache/status.hpp"
 
 namespace kvcache::sdk {
@@ -57,42 +60,6 @@ struct ComponentSpec {
 };
 
 namespace detail {
-
-inline int32_t set_status(kvc_error* err, int32_t code, std::string_view message) noexcept {
-  if (err != nullptr) {
-    err->code = code;
-    const std::size_t n = std::min(message.size(), sizeof(err->message) - 1);
-    std::memcpy(err->message, message.data(), n);
-    err->message[n] = '\0';
-  }
-  return code;
-}
-
-// Runs `body`; every exception becomes a status, so none crosses the C boundary.
-template <class F>
-int32_t guard(kvc_error* err, F&& body) noexcept {
-  try {
-    body();
-    return set_status(err, KVC_OK, "");
-  } catch (const Error& e) {
-    return set_status(err, static_cast<int32_t>(e.code()), e.what());
-  } catch (const std::bad_alloc&) {
-    return set_status(err, KVC_OUT_OF_MEMORY, "out of memory");
-  } catch (const std::exception& e) {
-    return set_status(err, KVC_INTERNAL, e.what());
-  } catch (...) {
-    return set_status(err, KVC_INTERNAL, "unknown exception");
-  }
-}
-
-// Copies a filled struct into a host struct that may be older (smaller): only the prefix the
-// host knows is written, and its struct_size stays the host's.
-template <class S>
-void copy_out(const S& filled, S* out) {
-  const std::uint32_t host_size = out->struct_size;
-  std::memcpy(out, &filled, std::min<std::size_t>(host_size, sizeof(S)));
-  out->struct_size = host_size;
-}
 
 template <class T>
 int32_t create(const char* options_json, void** instance, kvc_error* err) noexcept {
@@ -152,10 +119,7 @@ struct QuantizerThunks {
   static int32_t describe(void* instance, uint32_t head_dim, uint32_t page_size,
                           kvc_format_desc* out, kvc_error* err) noexcept {
     return guard(err, [&] {
-      const StorageFormat f = self<T>(instance).describe(head_dim, page_size);
-      kvc_format_desc c{sizeof(kvc_format_desc), f.code_bits,
-                        static_cast<std::uint32_t>(f.granularity), f.group_size,
-                        f.symmetric ? 1u : 0u, f.scale_dtype, f.tile_bytes, f.code_bytes};
+      const kvc_format_desc c = to_c(self<T>(instance).describe(head_dim, page_size));
       copy_out(c, out);
     });
   }
@@ -264,8 +228,18 @@ struct BackendThunks {
       copy_out(c, out);
     });
   }
+  static int32_t create_store(void* instance, const char* spec_json, const kvc_store_table** table,
+                              void** store, kvc_error* err) noexcept {
+    return guard(err, [&] {
+      const StoreSpec spec = store_spec_from_json(nlohmann::json::parse(spec_json));
+      std::unique_ptr<CacheStore> made = self<T>(instance).create_store(spec);
+      if (!made) throw Error(Code::internal, "create_store returned no store");
+      *table = &StoreThunks::table;
+      *store = made.release();
+    });
+  }
   static constexpr kvc_backend_table table{sizeof(kvc_backend_table), &create<T>, &destroy<T>,
-                                           &device_count, &device_info};
+                                           &device_count, &device_info, &create_store};
 };
 
 // The thunks and kind of a component class, by the interface it implements.

@@ -1,0 +1,40 @@
+#include "cpu_backend.hpp"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "paged_store.hpp"
+
+namespace kvcache::cpu {
+namespace {
+
+std::string cpu_model() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  }
+  return "CPU";
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(const sdk::Options& options) { options.only({}); }
+
+std::vector<DeviceInfo> CpuBackend::devices() const {
+  const auto pages = static_cast<std::uint64_t>(sysconf(_SC_PHYS_PAGES));
+  const auto page_size = static_cast<std::uint64_t>(sysconf(_SC_PAGE_SIZE));
+  return {{0, cpu_model() + " (" + std::to_string(std::thread::hardware_concurrency()) + " threads)",
+           pages * page_size, true, ""}};
+}
+
+std::unique_ptr<CacheStore> CpuBackend::create_store(const StoreSpec& spec) {
+  return std::make_unique<PagedStore>(spec);
+}
+
+}  // namespace kvcache::cpu

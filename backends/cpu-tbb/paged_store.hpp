@@ -1,0 +1,89 @@
+// The cpu-tbb CacheStore: per-layer K and V pools carved from one allocation made at creation,
+// page bookkeeping in O(1) (PagePool), a prefix index, and per-sequence page lists.
+//
+// Memory: for each layer, a K pool then a V pool, each [page][kv_head] tiles of the format's
+// tile_bytes; plus per page the logical position of each slot. Structural changes (reserve,
+// fork, drop, release, prefix) take the lock exclusively; append takes it shared, so appends to
+// different sequences run concurrently. Within one append, work is split over sequences x heads.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <shared_mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "kvcache/cache_store.hpp"
+#include "page_pool.hpp"
+#include "prefix_index.hpp"
+#include "slot_codec.hpp"
+
+namespace kvcache::cpu {
+
+class PagedStore final : public CacheStore {
+ public:
+  explicit PagedStore(const StoreSpec& spec);
+  ~PagedStore() override;
+
+  StoreInfo info() const override;
+  StoreStats stats() const override;
+  SeqId create_sequence() override;
+  void release(SeqId sequence) override;
+  SeqId fork(SeqId parent) override;
+  void reserve(std::span<const SeqId> sequences, std::span<const std::uint32_t> tokens) override;
+  void append(std::uint32_t layer, std::span<const SeqId> sequences,
+              std::span<const std::uint32_t> counts, const DLTensor& k, const DLTensor& v) override;
+  std::uint64_t drop(SeqId sequence, std::span<const PositionRange> ranges) override;
+  std::uint64_t length(SeqId sequence) const override;
+  std::uint64_t written(SeqId sequence, std::uint32_t layer) const override;
+  std::vector<Position> positions(SeqId sequence) const override;
+  void publish_prefix(SeqId sequence, std::span<const std::int32_t> token_ids) override;
+  std::uint64_t match_prefix(SeqId sequence, std::span<const std::int32_t> token_ids) override;
+  std::uint64_t evict_cached(std::uint64_t count) override;
+  PageTable page_table(std::span<const SeqId> sequences) const override;
+  void gather(std::uint32_t layer, SeqId sequence, DLTensor& k, DLTensor& v) const override;
+  std::vector<std::byte> read_tile(std::uint32_t page, std::uint32_t layer, std::uint32_t kv_head,
+                                   bool value) const override;
+
+ private:
+  struct Sequence {
+    std::vector<PageId> pages;
+    std::uint64_t length = 0;
+    std::vector<std::uint64_t> written;  // per layer
+    Position next_position = 0;
+    bool contiguous = true;            // positions are 0..length-1 (no compaction yet)
+    std::vector<std::uint64_t> chain;  // prefix hash of each published leading page
+  };
+
+  Sequence& find(SeqId id);
+  const Sequence& find(SeqId id) const;
+  std::byte* tile(PageId page, std::uint32_t layer, std::uint32_t head, bool value) const;
+  Position* slot_positions(PageId page) const { return positions_.get() + std::size_t{page} * page_size_; }
+  bool fully_written(const Sequence& s) const;
+  // A page for writing: a free one, else the oldest cached one (forgotten by the prefix index).
+  PageId take_page();
+  void release_page(PageId page);
+  void poison_slots(PageId page, std::uint32_t from_slot);
+  void copy_page(PageId from, PageId to);
+  void copy_slot(PageId from, std::uint32_t from_slot, PageId to, std::uint32_t to_slot);
+  // Replaces a shared page of `s` at index i by a private copy.
+  void make_private(Sequence& s, std::size_t i);
+
+  StoreSpec spec_;
+  std::uint32_t page_size_;
+  SlotCodec k_codec_;
+  SlotCodec v_codec_;
+  std::uint64_t page_bytes_ = 0;
+  std::size_t layer_stride_ = 0;  // bytes of one layer's K and V pools
+  std::size_t k_pool_bytes_ = 0;
+  std::unique_ptr<std::byte, void (*)(void*)> memory_;
+  std::unique_ptr<Position[]> positions_;
+  std::vector<std::uint32_t> fill_;  // occupied slots per page
+  PagePool pool_;
+  PrefixIndex prefix_;
+  std::unordered_map<SeqId, Sequence> sequences_;
+  SeqId next_id_ = 1;
+  mutable std::shared_mutex mutex_;
+};
+
+}  // namespace kvcache::cpu

@@ -1,0 +1,8 @@
+// The cpu-tbb plugin: its one registration point.
+#include "cpu_backend.hpp"
+#include "kvcache/formats.hpp"
+#include "kvcache/sdk/plugin.hpp"
+
+KVCACHE_PLUGIN("cpu-tbb", "0.1.0",
+               kvcache::sdk::component<kvcache::cpu::CpuBackend>(
+                   "cpu-tbb", "0.1.0", {kvcache::format_names(), {}, {}, "cpu"}))

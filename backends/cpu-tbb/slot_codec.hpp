@@ -1,0 +1,51 @@
+// One storage format's kernels on the CPU: encode a K or V row into a slot of a tile, decode it
+// back, move a slot. Fast paths (AVX-512, picked at run time) produce exactly the reference's
+// bytes; every other case runs the reference code itself.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "kvcache/formats.hpp"
+
+namespace kvcache::cpu {
+
+class SlotCodec {
+ public:
+  SlotCodec(const FormatSpec& spec, std::uint32_t head_dim, std::uint32_t page_size);
+
+  const FormatSpec& spec() const { return spec_; }
+  const StorageFormat& layout() const { return layout_; }
+
+  void encode(const float* row, std::byte* tile, std::uint32_t slot) const;
+  void decode(const std::byte* tile, std::uint32_t slot, float* row) const;
+  void copy_slot(const std::byte* from_tile, std::uint32_t from_slot, std::byte* to_tile,
+                 std::uint32_t to_slot) const {
+    std::memcpy(codes(to_tile, to_slot), codes(from_tile, from_slot), layout_.slot_code_bytes);
+    std::memcpy(meta(to_tile, to_slot), meta(from_tile, from_slot), layout_.slot_meta_bytes);
+  }
+
+ private:
+  std::byte* codes(std::byte* tile, std::uint32_t slot) const {
+    return tile + std::size_t{slot} * layout_.slot_code_bytes;
+  }
+  const std::byte* codes(const std::byte* tile, std::uint32_t slot) const {
+    return tile + std::size_t{slot} * layout_.slot_code_bytes;
+  }
+  std::byte* meta(std::byte* tile, std::uint32_t slot) const {
+    return tile + layout_.code_bytes + std::size_t{slot} * layout_.slot_meta_bytes;
+  }
+  const std::byte* meta(const std::byte* tile, std::uint32_t slot) const {
+    return tile + layout_.code_bytes + std::size_t{slot} * layout_.slot_meta_bytes;
+  }
+
+  using EncodeFn = void (*)(const float* row, std::uint32_t head_dim, std::byte* codes,
+                            std::byte* meta);
+  FormatSpec spec_;
+  StorageFormat layout_;
+  std::uint32_t head_dim_;
+  EncodeFn fast_encode_ = nullptr;  // null: the reference encoder
+};
+
+}  // namespace kvcache::cpu

@@ -1,0 +1,148 @@
+// CacheStore: paged KV memory on one device (see DESIGN.md "CacheStore").
+//
+// A page holds page_size token slots for every layer: one page id is valid across all layers,
+// each layer having its own pools. A sequence grows by reserve() (all-or-nothing: on failure
+// nothing changes and the error says pages needed vs free), then each layer's K/V are written by
+// append(), which fills that layer's next reserved slots. Every slot records the logical
+// position of its token, so masks and eviction keep working after drop() compacts a sequence.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <dlpack/dlpack.h>
+#include <nlohmann/json.hpp>
+
+#include "kvcache/quantizer.hpp"
+#include "kvcache/types.hpp"
+
+namespace kvcache {
+
+// What a backend needs to build a store; crosses the plugin boundary as JSON.
+struct StoreSpec {
+  ModelShape model;
+  std::uint32_t page_size = 16;
+  std::uint64_t capacity_bytes = 0;
+  bool prefix_caching = true;
+  std::string k_format = "fp16";
+  nlohmann::json k_options = nlohmann::json::object();
+  std::string v_format = "fp16";
+  nlohmann::json v_options = nlohmann::json::object();
+  // Tests: fill every slot that holds no token with NaN bytes, so a read of padding shows.
+  bool poison_unused = false;
+};
+
+inline nlohmann::json to_json(const StoreSpec& s) {
+  return {{"model",
+           {{"layers", s.model.layers},
+            {"q_heads", s.model.q_heads},
+            {"kv_heads", s.model.kv_heads},
+            {"head_dim", s.model.head_dim}}},
+          {"page_size", s.page_size},
+          {"capacity_bytes", s.capacity_bytes},
+          {"prefix_caching", s.prefix_caching},
+          {"k_format", s.k_format},
+          {"k_options", s.k_options},
+          {"v_format", s.v_format},
+          {"v_options", s.v_options},
+          {"poison_unused", s.poison_unused}};
+}
+
+// Keys missing from `j` keep their defaults, so an older host's JSON still reads.
+inline StoreSpec store_spec_from_json(const nlohmann::json& j) {
+  StoreSpec s;
+  const nlohmann::json model = j.value("model", nlohmann::json::object());
+  s.model = {model.value("layers", 0u), model.value("q_heads", 0u), model.value("kv_heads", 0u),
+             model.value("head_dim", 0u)};
+  s.page_size = j.value("page_size", s.page_size);
+  s.capacity_bytes = j.value("capacity_bytes", s.capacity_bytes);
+  s.prefix_caching = j.value("prefix_caching", s.prefix_caching);
+  s.k_format = j.value("k_format", s.k_format);
+  s.k_options = j.value("k_options", s.k_options);
+  s.v_format = j.value("v_format", s.v_format);
+  s.v_options = j.value("v_options", s.v_options);
+  s.poison_unused = j.value("poison_unused", s.poison_unused);
+  return s;
+}
+
+struct StoreInfo {
+  std::uint32_t page_size = 0;
+  std::uint64_t total_pages = 0;
+  std::uint64_t page_bytes = 0;  // one page across all layers, K and V, scales included
+  StorageFormat k_format;
+  StorageFormat v_format;
+};
+
+struct StoreStats {
+  std::uint64_t total_pages = 0;
+  std::uint64_t used_pages = 0;    // referenced by at least one sequence
+  std::uint64_t cached_pages = 0;  // unreferenced but kept for prefix reuse; reclaimable
+  std::uint64_t free_pages = 0;
+  std::uint64_t sequences = 0;
+  std::uint64_t occupied_slots = 0;  // slots of used pages holding a token (shared ones once)
+  std::uint64_t unused_slots = 0;    // internal fragmentation: empty slots of used pages
+  std::uint64_t page_bytes = 0;
+  std::uint64_t used_bytes() const { return used_pages * page_bytes; }
+  double utilization() const {
+    const std::uint64_t slots = occupied_slots + unused_slots;
+    return slots == 0 ? 0.0 : static_cast<double>(occupied_slots) / static_cast<double>(slots);
+  }
+};
+
+// Pages of sequences as CSR arrays (as FlashInfer takes them): the pages of sequence i are
+// indices[indptr[i] .. indptr[i+1]), the last one holding last_page_len[i] tokens.
+struct PageTable {
+  std::vector<std::int32_t> indptr;
+  std::vector<std::int32_t> indices;
+  std::vector<std::int32_t> last_page_len;
+};
+
+class CacheStore {
+ public:
+  virtual ~CacheStore() = default;
+  virtual StoreInfo info() const = 0;
+  virtual StoreStats stats() const = 0;
+
+  virtual SeqId create_sequence() = 0;
+  // Unreferences the sequence's pages; full pages published to the prefix cache stay cached.
+  virtual void release(SeqId sequence) = 0;
+  // A new sequence sharing every page of `parent` (copy-on-write). All reserved slots of the
+  // parent must have been written.
+  virtual SeqId fork(SeqId parent) = 0;
+  // Grows each sequences[i] by tokens[i] slots, all or nothing across the batch.
+  virtual void reserve(std::span<const SeqId> sequences, std::span<const std::uint32_t> tokens) = 0;
+  // Writes K and V of one layer for a batch: k and v are [sum(counts), kv_heads, head_dim]
+  // (float32, float16 or bfloat16 on the host), the rows of sequences[i] being the next
+  // counts[i] reserved slots of that layer.
+  virtual void append(std::uint32_t layer, std::span<const SeqId> sequences,
+                      std::span<const std::uint32_t> counts, const DLTensor& k,
+                      const DLTensor& v) = 0;
+  // Removes the tokens whose logical positions fall in `ranges` and compacts the sequence.
+  // Returns how many tokens were removed.
+  virtual std::uint64_t drop(SeqId sequence, std::span<const PositionRange> ranges) = 0;
+
+  // Tokens held (reserved slots).
+  virtual std::uint64_t length(SeqId sequence) const = 0;
+  // Slots of `layer` written so far.
+  virtual std::uint64_t written(SeqId sequence, std::uint32_t layer) const = 0;
+  virtual std::vector<Position> positions(SeqId sequence) const = 0;
+
+  // Prefix cache. publish() offers the sequence's full pages, keyed by a hash chain over
+  // token_ids (token_ids[i] is the token at position i). match() attaches to an empty sequence
+  // the longest run of cached pages for token_ids and returns the number of tokens reused.
+  virtual void publish_prefix(SeqId sequence, std::span<const std::int32_t> token_ids) = 0;
+  virtual std::uint64_t match_prefix(SeqId sequence, std::span<const std::int32_t> token_ids) = 0;
+  // Drops up to `count` cached pages, least recently used first; returns how many.
+  virtual std::uint64_t evict_cached(std::uint64_t count) = 0;
+
+  virtual PageTable page_table(std::span<const SeqId> sequences) const = 0;
+  // Decoded K and V of one layer of a sequence, [written, kv_heads, head_dim] float32.
+  virtual void gather(std::uint32_t layer, SeqId sequence, DLTensor& k, DLTensor& v) const = 0;
+  // Raw bytes of one tile (page, layer, kv head), K or V: for checks against the reference.
+  virtual std::vector<std::byte> read_tile(std::uint32_t page, std::uint32_t layer,
+                                           std::uint32_t kv_head, bool value) const = 0;
+};
+
+}  // namespace kvcache

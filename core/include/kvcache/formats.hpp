@@ -1,0 +1,60 @@
+// The built-in storage formats of K and V: their names, options and tile layout, and the
+// reference (plain-loop) encode and decode of one token-head vector. Backends implement fast
+// kernels for these layouts and are tested against the reference, byte for byte where the
+// format is deterministic.
+//
+// Tile layout (one page, one layer, one KV head; P = page_size slots, D = head_dim):
+//   [P][slot_code_bytes] codes, then [P][slot_meta_bytes] per-slot scales/zeros, padded to 64 B.
+// Every slot is self-contained, so compaction moves a token by copying its codes and its meta.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kvcache/export.hpp"
+#include "kvcache/quantizer.hpp"
+
+namespace kvcache {
+
+enum class FormatKind : std::uint32_t {
+  fp32,
+  fp16,
+  bf16,
+  fp8_e4m3,        // fp8 codes, one fp32 scale per token-head: scale = max|x| / 448
+  int8_per_token,  // the seed's: scale = max|x| / 127 (>= 1e-8), code = rne(x / scale)
+  int4_group,      // asymmetric, per group of head_dim: fp16 scale and fp16 minimum
+};
+
+struct FormatSpec {
+  FormatKind kind = FormatKind::fp16;
+  std::uint32_t group = 32;  // int4-group only: 32, 64 or 128 elements
+  KVCACHE_API std::string name() const;
+  friend bool operator==(const FormatSpec&, const FormatSpec&) = default;
+};
+
+// "fp16", "int4-group", ...; options as in the config ({group: 64}). Throws Error with the
+// nearest name or option.
+KVCACHE_API FormatSpec parse_format(std::string_view name, const nlohmann::json& options = {});
+KVCACHE_API const std::vector<std::string>& format_names();
+
+// Layout for a head dimension and page size; throws Error(invalid_argument) when the format
+// cannot hold it (e.g. a group that does not divide head_dim).
+KVCACHE_API StorageFormat format_layout(const FormatSpec& spec, std::uint32_t head_dim,
+                                        std::uint32_t page_size);
+
+namespace reference {
+
+// Encodes one token-head vector x[head_dim] into its slot's codes and meta.
+KVCACHE_API void encode(const FormatSpec& spec, std::span<const float> x, std::byte* codes,
+                        std::byte* meta);
+// Decodes one slot back into out[head_dim] (float32).
+KVCACHE_API void decode(const FormatSpec& spec, const std::byte* codes, const std::byte* meta,
+                        std::span<float> out);
+
+}  // namespace reference
+}  // namespace kvcache

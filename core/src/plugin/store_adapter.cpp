@@ -1,0 +1,131 @@
+#include "kvcache/cache_store.hpp"
+
+#include "plugin/adapters.hpp"
+#include "plugin/c_types.hpp"
+
+namespace kvcache::plugin {
+namespace {
+
+class HostStore final : public CacheStore {
+ public:
+  explicit HostStore(std::unique_ptr<PluginInstance<kvc_store_table>> instance)
+      : s_(std::move(instance)) {}
+
+  StoreInfo info() const override {
+    kvc_store_info i{};
+    i.struct_size = sizeof(i);
+    i.k_format.struct_size = sizeof(i.k_format);
+    i.v_format.struct_size = sizeof(i.v_format);
+    s_->call(&kvc_store_table::info, &i);
+    return {i.page_size, i.total_pages, i.page_bytes, from_c(i.k_format), from_c(i.v_format)};
+  }
+  StoreStats stats() const override {
+    kvc_store_stats t{};
+    t.struct_size = sizeof(t);
+    s_->call(&kvc_store_table::stats, &t);
+    return {t.total_pages, t.used_pages,     t.cached_pages, t.free_pages,
+            t.sequences,   t.occupied_slots, t.unused_slots, t.page_bytes};
+  }
+  SeqId create_sequence() override {
+    uint64_t id = 0;
+    s_->call(&kvc_store_table::create_sequence, &id);
+    return id;
+  }
+  void release(SeqId id) override { s_->call(&kvc_store_table::release, id); }
+  SeqId fork(SeqId parent) override {
+    uint64_t child = 0;
+    s_->call(&kvc_store_table::fork, parent, &child);
+    return child;
+  }
+  void reserve(std::span<const SeqId> ids, std::span<const std::uint32_t> tokens) override {
+    same_size(ids.size(), tokens.size());
+    s_->call(&kvc_store_table::reserve, ids.data(), tokens.data(), uint64_t{ids.size()});
+  }
+  void append(std::uint32_t layer, std::span<const SeqId> ids,
+              std::span<const std::uint32_t> counts, const DLTensor& k,
+              const DLTensor& v) override {
+    same_size(ids.size(), counts.size());
+    s_->call(&kvc_store_table::append, layer, ids.data(), counts.data(), uint64_t{ids.size()}, &k,
+             &v);
+  }
+  std::uint64_t drop(SeqId id, std::span<const PositionRange> ranges) override {
+    uint64_t dropped = 0;
+    s_->call(&kvc_store_table::drop, id, reinterpret_cast<const kvc_range*>(ranges.data()),
+             uint64_t{ranges.size()}, &dropped);
+    return dropped;
+  }
+  std::uint64_t length(SeqId id) const override {
+    uint64_t n = 0;
+    s_->call(&kvc_store_table::length, id, &n);
+    return n;
+  }
+  std::uint64_t written(SeqId id, std::uint32_t layer) const override {
+    uint64_t n = 0;
+    s_->call(&kvc_store_table::written, id, layer, &n);
+    return n;
+  }
+  std::vector<Position> positions(SeqId id) const override {
+    std::vector<Position> out(length(id));
+    uint64_t count = 0;
+    s_->call(&kvc_store_table::positions, id, out.data(), uint64_t{out.size()}, &count);
+    out.resize(std::min<uint64_t>(count, out.size()));
+    return out;
+  }
+  void publish_prefix(SeqId id, std::span<const std::int32_t> tokens) override {
+    s_->call(&kvc_store_table::publish_prefix, id, tokens.data(), uint64_t{tokens.size()});
+  }
+  std::uint64_t match_prefix(SeqId id, std::span<const std::int32_t> tokens) override {
+    uint64_t matched = 0;
+    s_->call(&kvc_store_table::match_prefix, id, tokens.data(), uint64_t{tokens.size()}, &matched);
+    return matched;
+  }
+  std::uint64_t evict_cached(std::uint64_t count) override {
+    uint64_t evicted = 0;
+    s_->call(&kvc_store_table::evict_cached, count, &evicted);
+    return evicted;
+  }
+  PageTable page_table(std::span<const SeqId> ids) const override {
+    PageTable t;
+    t.indptr.resize(ids.size() + 1);
+    t.last_page_len.resize(ids.size());
+    for (std::size_t capacity = 0;;) {  // the first call tells the size
+      t.indices.resize(capacity);
+      s_->call(&kvc_store_table::page_table, ids.data(), uint64_t{ids.size()}, t.indptr.data(),
+               t.indices.data(), uint64_t{capacity}, t.last_page_len.data());
+      const auto needed = static_cast<std::size_t>(t.indptr.back());
+      if (needed <= capacity) return t;
+      capacity = needed;
+    }
+  }
+  void gather(std::uint32_t layer, SeqId id, DLTensor& k, DLTensor& v) const override {
+    s_->call(&kvc_store_table::gather, layer, id, &k, &v);
+  }
+  std::vector<std::byte> read_tile(std::uint32_t page, std::uint32_t layer, std::uint32_t head,
+                                   bool value) const override {
+    std::vector<std::byte> tile;
+    uint64_t size = 0;
+    s_->call(&kvc_store_table::read_tile, page, layer, head, value ? 1u : 0u, nullptr, uint64_t{0},
+             &size);
+    tile.resize(size);
+    s_->call(&kvc_store_table::read_tile, page, layer, head, value ? 1u : 0u, tile.data(), size,
+             &size);
+    return tile;
+  }
+
+ private:
+  void same_size(std::size_t a, std::size_t b) const {
+    if (a != b) throw Error(Code::invalid_argument, s_->who() + ": batch spans differ in size");
+  }
+  std::unique_ptr<PluginInstance<kvc_store_table>> s_;
+};
+
+}  // namespace
+
+std::unique_ptr<CacheStore> make_store(std::shared_ptr<const PluginLibrary> library,
+                                       const kvc_store_table* table, void* store,
+                                       const std::string& who) {
+  return std::make_unique<HostStore>(
+      std::make_unique<PluginInstance<kvc_store_table>>(std::move(library), table, store, who));
+}
+
+}  // namespace kvcache::plugin
