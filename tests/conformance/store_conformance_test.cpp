@@ -1,0 +1,480 @@
+// Every backend's CacheStore against the reference, through the real loader: stored bytes equal
+// the reference encoding, a randomized workload keeps every invariant, reserves are
+// all-or-nothing, and prefix sharing, copy-on-write and compaction keep contents intact.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "kvcache/formats.hpp"
+#include "kvcache/numeric.hpp"
+#include "store_fixture.hpp"
+
+namespace kvcache::conformance {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct StoreCase {
+  std::string backend;
+  std::string k_format;
+  std::string v_format;
+  std::uint32_t page_size;
+};
+
+void PrintTo(const StoreCase& c, std::ostream* os) {
+  *os << c.backend << " K " << c.k_format << " V " << c.v_format << " page " << c.page_size;
+}
+
+std::string case_name(const ::testing::TestParamInfo<StoreCase>& info) {
+  std::string n = info.param.backend + "_" + info.param.k_format + "_" + info.param.v_format + "_p" +
+                  std::to_string(info.param.page_size);
+  std::replace_if(n.begin(), n.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
+  return n;
+}
+
+std::vector<StoreCase> store_cases() {
+  std::vector<StoreCase> cases;
+  for (const std::string& backend : backend_names()) {
+    for (const std::string& f : format_names()) cases.push_back({backend, f, f, 4});
+    cases.push_back({backend, "int8-per-token", "int4-group", 8});
+    cases.push_back({backend, "fp16", "int8-per-token", 16});
+  }
+  return cases;
+}
+
+// The reference model of one sequence: its tokens, in slot order.
+struct Token {
+  std::int32_t id;
+  Position pos;
+};
+struct Shadow {
+  std::vector<Token> tokens;
+  Position next_position = 0;
+  int group = 0;         // sequences of a group share token ids: prefix hits
+  bool compacted = false;
+};
+
+std::int32_t token_id(int group, Position pos) { return static_cast<std::int32_t>((pos * 7 + group) % 11); }
+
+class StoreConformance : public ::testing::TestWithParam<StoreCase> {
+ protected:
+  static constexpr std::uint32_t kLayers = 2;
+  static constexpr std::uint32_t kHeads = 2;
+  static constexpr std::uint32_t kDim = 32;
+
+  StoreSpec spec(std::uint64_t pages) const {
+    StoreSpec s;
+    s.model = {kLayers, 4, kHeads, kDim};
+    s.page_size = GetParam().page_size;
+    s.k_format = GetParam().k_format;
+    s.v_format = GetParam().v_format;
+    s.poison_unused = true;  // any read of padding would show as NaN
+    const std::uint64_t per_page =
+        std::uint64_t{kLayers} * kHeads *
+            (format_layout(parse_format(s.k_format), kDim, s.page_size).tile_bytes +
+             format_layout(parse_format(s.v_format), kDim, s.page_size).tile_bytes) +
+        s.page_size * sizeof(Position);
+    s.capacity_bytes = pages * per_page + per_page / 2;
+    return s;
+  }
+
+  // Reserves and appends `count` tokens to each sequence, every layer, as a model step would.
+  void step(CacheStore& store, std::map<SeqId, Shadow>& shadows, const std::vector<SeqId>& ids,
+            const std::vector<std::uint32_t>& counts) {
+    store.reserve(ids, counts);
+    std::uint32_t rows = 0;
+    for (std::uint32_t c : counts) rows += c;
+    for (std::uint32_t layer = 0; layer < kLayers; ++layer) {
+      std::vector<float> k(rows * kHeads * kDim), v(k.size());
+      std::uint32_t r = 0;
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        const Shadow& s = shadows[ids[i]];
+        for (std::uint32_t t = 0; t < counts[i]; ++t, ++r) {
+          const Position pos = s.next_position + t;
+          for (std::uint32_t h = 0; h < kHeads; ++h) {
+            const auto kr = row_for(token_id(s.group, pos), pos, layer, h, false, kDim);
+            const auto vr = row_for(token_id(s.group, pos), pos, layer, h, true, kDim);
+            std::copy(kr.begin(), kr.end(), k.begin() + (r * kHeads + h) * kDim);
+            std::copy(vr.begin(), vr.end(), v.begin() + (r * kHeads + h) * kDim);
+          }
+        }
+      }
+      std::int64_t shape[3] = {rows, kHeads, kDim};
+      const DLTensor kt = tensor(k.data(), shape), vt = tensor(v.data(), shape);
+      store.append(layer, ids, counts, kt, vt);
+    }
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      Shadow& s = shadows[ids[i]];
+      for (std::uint32_t t = 0; t < counts[i]; ++t, ++s.next_position)
+        s.tokens.push_back({token_id(s.group, s.next_position), s.next_position});
+    }
+  }
+
+  // Contents, byte for byte against the reference encoding, and positions.
+  void check_contents(const CacheStore& store, SeqId id, const Shadow& s) {
+    ASSERT_EQ(store.length(id), s.tokens.size());
+    std::vector<Position> expected_positions;
+    for (const Token& t : s.tokens) expected_positions.push_back(t.pos);
+    ASSERT_EQ(store.positions(id), expected_positions);
+    const StoreInfo info = store.info();
+    const PageTable table = store.page_table(std::vector<SeqId>{id});
+    const FormatSpec kf = parse_format(GetParam().k_format), vf = parse_format(GetParam().v_format);
+    for (std::uint32_t layer = 0; layer < kLayers; ++layer) {
+      std::vector<float> k(s.tokens.size() * kHeads * kDim), v(k.size());
+      std::int64_t shape[3] = {static_cast<std::int64_t>(s.tokens.size()), kHeads, kDim};
+      DLTensor kt = tensor(k.data(), shape), vt = tensor(v.data(), shape);
+      store.gather(layer, id, kt, vt);
+      for (std::size_t slot = 0; slot < s.tokens.size(); ++slot) {
+        const Token& t = s.tokens[slot];
+        const auto page = static_cast<std::uint32_t>(table.indices[slot / info.page_size]);
+        const auto in_page = static_cast<std::uint32_t>(slot % info.page_size);
+        for (std::uint32_t h = 0; h < kHeads; ++h) {
+          for (const bool value : {false, true}) {
+            const FormatSpec& f = value ? vf : kf;
+            const StorageFormat& layout = value ? info.v_format : info.k_format;
+            const auto input = row_for(t.id, t.pos, layer, h, value, kDim);
+            std::vector<std::byte> codes(layout.slot_code_bytes), meta(layout.slot_meta_bytes);
+            reference::encode(f, input, codes.data(), meta.data());
+            const std::vector<std::byte> tile = store.read_tile(page, layer, h, value);
+            ASSERT_EQ(std::memcmp(tile.data() + in_page * layout.slot_code_bytes, codes.data(), codes.size()), 0)
+                << "codes differ: layer " << layer << " slot " << slot << " head " << h;
+            ASSERT_EQ(std::memcmp(tile.data() + layout.code_bytes + in_page * layout.slot_meta_bytes,
+                                  meta.data(), meta.size()), 0)
+                << "scales differ: layer " << layer << " slot " << slot << " head " << h;
+            std::vector<float> decoded(kDim);
+            reference::decode(f, codes.data(), meta.data(), decoded);
+            const float* got = (value ? v : k).data() + (slot * kHeads + h) * kDim;
+            ASSERT_TRUE(std::equal(decoded.begin(), decoded.end(), got)) << "gather differs at slot " << slot;
+          }
+        }
+      }
+    }
+  }
+
+  // Stats equal a recount from the page tables of the live sequences.
+  void check_invariants(const CacheStore& store, const std::map<SeqId, Shadow>& shadows) {
+    const StoreStats st = store.stats();
+    ASSERT_EQ(st.used_pages + st.free_pages + st.cached_pages, st.total_pages);
+    ASSERT_EQ(st.sequences, shadows.size());
+    std::vector<SeqId> ids;
+    for (const auto& [id, s] : shadows) ids.push_back(id);
+    const PageTable t = store.page_table(ids);
+    std::map<std::int32_t, std::int32_t> fill;  // page -> occupied slots
+    const auto page_size = static_cast<std::int32_t>(store.info().page_size);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      for (std::int32_t j = t.indptr[i]; j < t.indptr[i + 1]; ++j) {
+        const bool last = j + 1 == t.indptr[i + 1];
+        auto& f = fill[t.indices[j]];
+        f = std::max(f, last ? t.last_page_len[i] : page_size);
+      }
+    }
+    ASSERT_EQ(st.used_pages, fill.size());
+    std::uint64_t occupied = 0;
+    for (const auto& [page, f] : fill) occupied += f;
+    ASSERT_EQ(st.occupied_slots, occupied);
+    ASSERT_EQ(st.unused_slots, st.used_pages * page_size - occupied);
+  }
+};
+
+TEST_P(StoreConformance, StoredBytesEqualTheReference) {
+  KVCACHE_OPEN_STORE_OR_SKIP(store, GetParam().backend, spec(64));
+  std::map<SeqId, Shadow> shadows;
+  const SeqId a = store->create_sequence(), b = store->create_sequence();
+  shadows[a].group = 0;
+  shadows[b].group = 1;
+  step(*store, shadows, {a, b}, {9, 3});  // a prefill each, ragged
+  step(*store, shadows, {a, b}, {1, 1});  // a decode step
+  step(*store, shadows, {b}, {7});
+  for (const auto& [id, s] : shadows) check_contents(*store, id, s);
+  check_invariants(*store, shadows);
+}
+
+TEST_P(StoreConformance, HalfPrecisionInputsMatchTheirFloatValues) {
+  KVCACHE_OPEN_STORE_OR_SKIP(store, GetParam().backend, spec(16));
+  const SeqId a = store->create_sequence(), b = store->create_sequence();
+  store->reserve(std::vector<SeqId>{a, b}, std::vector<std::uint32_t>{3, 3});
+  for (const bool bf16 : {false, true}) {
+    std::vector<float> f32(3 * kHeads * kDim);
+    std::vector<std::uint16_t> half(f32.size());
+    std::mt19937 rng(bf16 ? 2 : 1);
+    std::normal_distribution<float> normal;
+    for (std::size_t i = 0; i < f32.size(); ++i) {
+      half[i] = bf16 ? bf16_from_float(normal(rng)) : fp16_from_float(normal(rng));
+      f32[i] = bf16 ? float_from_bf16(half[i]) : float_from_fp16(half[i]);
+    }
+    std::int64_t shape[3] = {3, kHeads, kDim};
+    DLTensor h = tensor(nullptr, shape);
+    h.data = half.data();
+    h.dtype = {static_cast<std::uint8_t>(bf16 ? kDLBfloat : kDLFloat), 16, 1};
+    const DLTensor f = tensor(f32.data(), shape);
+    const SeqId id = bf16 ? b : a;
+    store->append(0, std::vector<SeqId>{id}, std::vector<std::uint32_t>{3}, h, h);
+    store->append(1, std::vector<SeqId>{id}, std::vector<std::uint32_t>{3}, f, f);
+    const auto page = static_cast<std::uint32_t>(store->page_table(std::vector<SeqId>{id}).indices[0]);
+    EXPECT_EQ(store->read_tile(page, 0, 1, false), store->read_tile(page, 1, 1, false));
+  }
+}
+
+TEST_P(StoreConformance, BadInputsAreRejectedWithoutChange) {
+  KVCACHE_OPEN_STORE_OR_SKIP(store, GetParam().backend, spec(8));
+  const SeqId a = store->create_sequence();
+  store->reserve(std::vector<SeqId>{a}, std::vector<std::uint32_t>{2});
+  std::vector<float> data(3 * kHeads * kDim, 1.0f);
+  std::int64_t shape[3] = {3, kHeads, kDim};
+  const DLTensor t = tensor(data.data(), shape);
+  try {
+    store->append(0, std::vector<SeqId>{a}, std::vector<std::uint32_t>{3}, t, t);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::invalid_argument);
+    EXPECT_THAT(e.what(), HasSubstr("exceeds its 2 reserved unwritten slots"));
+  }
+  std::int64_t wrong[3] = {2, kHeads, kDim + 1};
+  const DLTensor w = tensor(data.data(), wrong);
+  EXPECT_THROW(store->append(0, std::vector<SeqId>{a}, std::vector<std::uint32_t>{2}, w, w), Error);
+  EXPECT_EQ(store->written(a, 0), 0u);
+  EXPECT_THROW(store->append(5, std::vector<SeqId>{a}, std::vector<std::uint32_t>{0}, t, t), Error);
+  EXPECT_THROW(store->reserve(std::vector<SeqId>{999}, std::vector<std::uint32_t>{1}), Error);
+  EXPECT_THROW(store->fork(a), Error);  // slots reserved but unwritten
+}
+
+TEST_P(StoreConformance, ReserveIsAllOrNothing) {
+  KVCACHE_OPEN_STORE_OR_SKIP(store, GetParam().backend, spec(6));
+  const std::uint32_t p = GetParam().page_size;
+  std::map<SeqId, Shadow> shadows;
+  const SeqId a = store->create_sequence(), b = store->create_sequence();
+  step(*store, shadows, {a}, {3 * p});
+  const StoreStats before = store->stats();
+  ASSERT_EQ(before.free_pages, 3u);
+  try {
+    store->reserve(std::vector<SeqId>{a, b}, std::vector<std::uint32_t>{p, 3 * p});
+    FAIL() << "4 pages cannot come from 3";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::out_of_memory);
+    EXPECT_THAT(e.what(), HasSubstr("reserve needs 4 pages, 3 available (3 free, 0 cached); nothing was reserved"));
+  }
+  EXPECT_EQ(store->length(a), 3 * p);
+  EXPECT_EQ(store->length(b), 0u);
+  EXPECT_EQ(store->stats().free_pages, before.free_pages);
+  step(*store, shadows, {a, b}, {p, 2 * p});  // exactly what is left
+  EXPECT_EQ(store->stats().free_pages, 0u);
+  check_invariants(*store, shadows);
+}
+
+TEST_P(StoreConformance, ForkSharesPagesAndCopiesOnWrite) {
+  KVCACHE_OPEN_STORE_OR_SKIP(store, GetParam().backend, spec(16));
+  const std::uint32_t p = GetParam().page_size;
+  std::map<SeqId, Shadow> shadows;
+  const SeqId a = store->create_sequence();
+  step(*store, shadows, {a}, {p + 1});  // one full page and one partial
+  const SeqId b = store->fork(a);
+  shadows[b] = shadows[a];
+  const StoreStats shared = store->stats();
+  EXPECT_EQ(shared.used_pages, 2u);
+  EXPECT_EQ(store->page_table(std::vector<SeqId>{b}).indices,
+            store->page_table(std::vector<SeqId>{a}).indices);
+  shadows[b].group = 1;  // b diverges after the fork point
+  step(*store, shadows, {b}, {1});
+  const auto ta = store->page_table(std::vector<SeqId>{a}).indices;
+  const auto tb = store->page_table(std::vector<SeqId>{b}).indices;
+  EXPECT_EQ(ta[0], tb[0]);  // the full page stays shared
+  EXPECT_NE(ta[1], tb[1]);  // the partial one was copied before b wrote
+  step(*store, shadows, {a}, {2});
+  for (const auto& [id, s] : shadows) check_contents(*store, id, s);
+  check_invariants(*store, shadows);
+}
+
+TEST_P(StoreConformance, DropCompactsAndKeepsPositions) {
+  KVCACHE_OPEN_STORE_OR_SKIP(store, GetParam().backend, spec(16));
+  const std::uint32_t p = GetParam().page_size;
+  std::map<SeqId, Shadow> shadows;
+  const SeqId a = store->create_sequence();
+  step(*store, shadows, {a}, {3 * p + 1});
+  const SeqId b = store->fork(a);  // dropping from a must not disturb b
+  shadows[b] = shadows[a];
+  const std::vector<PositionRange> ranges{{1, 3}, {static_cast<Position>(p) + 1, static_cast<Position>(2 * p)}};
+  const std::uint64_t dropped = store->drop(a, ranges);
+  auto& tokens = shadows[a].tokens;
+  std::erase_if(tokens, [&](const Token& t) {
+    return std::any_of(ranges.begin(), ranges.end(), [&](const PositionRange& r) { return t.pos >= r.begin && t.pos < r.end; });
+  });
+  EXPECT_EQ(dropped, 2u + (p - 1));
+  EXPECT_EQ(store->drop(a, std::vector<PositionRange>{{1, 3}}), 0u);  // already gone
+  step(*store, shadows, {a, b}, {2, 1});  // new positions continue after compaction
+  for (const auto& [id, s] : shadows) check_contents(*store, id, s);
+  check_invariants(*store, shadows);
+}
+
+TEST_P(StoreConformance, PrefixPagesAreSharedCachedAndReclaimed) {
+  KVCACHE_OPEN_STORE_OR_SKIP(store, GetParam().backend, spec(16));
+  const std::uint32_t p = GetParam().page_size;
+  std::map<SeqId, Shadow> shadows;
+  const SeqId a = store->create_sequence();
+  step(*store, shadows, {a}, {2 * p + 3});
+  std::vector<std::int32_t> ids;
+  for (const Token& t : shadows[a].tokens) ids.push_back(t.id);
+  store->publish_prefix(a, ids);
+
+  const SeqId b = store->create_sequence();
+  EXPECT_EQ(store->match_prefix(b, ids), 2u * p);  // full pages only
+  for (Position pos = 0; pos < static_cast<Position>(2 * p); ++pos) shadows[b].tokens.push_back({token_id(0, pos), pos});
+  shadows[b].next_position = 2 * p;
+  const auto pages_a = store->page_table(std::vector<SeqId>{a}).indices;
+  EXPECT_EQ(store->page_table(std::vector<SeqId>{b}).indices,
+            std::vector<std::int32_t>(pages_a.begin(), pages_a.begin() + 2));
+  step(*store, shadows, {b}, {1});
+  check_contents(*store, b, shadows[b]);
+  check_invariants(*store, shadows);
+
+  store->release(a);
+  store->release(b);
+  shadows.clear();
+  EXPECT_EQ(store->stats().cached_pages, 2u);  // released but kept for reuse
+  const SeqId c = store->create_sequence();
+  shadows[c];
+  EXPECT_EQ(store->match_prefix(c, std::vector<std::int32_t>(ids.begin(), ids.begin() + p + 1)), p);
+  EXPECT_EQ(store->stats().cached_pages, 1u);
+  std::vector<std::int32_t> other(ids);
+  other[p] += 1;  // differs in the second page
+  const SeqId d = store->create_sequence();
+  shadows[d];
+  EXPECT_EQ(store->match_prefix(d, other), p);
+  store->release(c);
+  store->release(d);
+  EXPECT_EQ(store->evict_cached(10), 2u);
+  const StoreStats st = store->stats();
+  EXPECT_EQ(st.free_pages, st.total_pages);
+}
+
+TEST_P(StoreConformance, ConcurrentAppendsToDifferentSequences) {
+  KVCACHE_OPEN_STORE_OR_SKIP(store, GetParam().backend, spec(32));
+  std::map<SeqId, Shadow> shadows;
+  const SeqId a = store->create_sequence(), b = store->create_sequence();
+  shadows[a];
+  shadows[b].group = 1;
+  store->reserve(std::vector<SeqId>{a, b}, std::vector<std::uint32_t>{40, 40});
+  const auto writer = [&](SeqId id, int group) {
+    for (Position pos = 0; pos < 40; ++pos) {
+      for (std::uint32_t layer = 0; layer < kLayers; ++layer) {
+        std::vector<float> k(kHeads * kDim), v(k.size());
+        for (std::uint32_t h = 0; h < kHeads; ++h) {
+          const auto kr = row_for(token_id(group, pos), pos, layer, h, false, kDim);
+          const auto vr = row_for(token_id(group, pos), pos, layer, h, true, kDim);
+          std::copy(kr.begin(), kr.end(), k.begin() + h * kDim);
+          std::copy(vr.begin(), vr.end(), v.begin() + h * kDim);
+        }
+        std::int64_t shape[3] = {1, kHeads, kDim};
+        store->append(layer, std::vector<SeqId>{id}, std::vector<std::uint32_t>{1},
+                      tensor(k.data(), shape), tensor(v.data(), shape));
+      }
+    }
+  };
+  std::thread ta(writer, a, 0), tb(writer, b, 1);
+  ta.join();
+  tb.join();
+  for (auto& [id, s] : shadows)
+    for (Position pos = 0; pos < 40; ++pos) s.tokens.push_back({token_id(s.group, pos), pos});
+  for (const auto& [id, s] : shadows) check_contents(*store, id, s);
+}
+
+TEST_P(StoreConformance, RandomizedWorkloadKeepsInvariantsAndLeaksNothing) {
+  KVCACHE_OPEN_STORE_OR_SKIP(store, GetParam().backend, spec(24));
+  const std::uint32_t p = GetParam().page_size;
+  std::map<SeqId, Shadow> shadows;
+  std::mt19937 rng(1234);
+  const auto pick = [&]() {
+    auto it = shadows.begin();
+    std::advance(it, std::uniform_int_distribution<std::size_t>(0, shadows.size() - 1)(rng));
+    return it->first;
+  };
+  int failures = 0;
+  for (int op = 0; op < 250; ++op) {
+    const int choice = std::uniform_int_distribution<int>(0, 9)(rng);
+    if (shadows.empty() || choice == 0) {
+      const SeqId id = store->create_sequence();
+      shadows[id].group = static_cast<int>(rng() % 2);
+    } else if (choice <= 4) {
+      std::vector<SeqId> ids;
+      std::vector<std::uint32_t> counts;
+      for (int i = 0; i < 2; ++i) {
+        const SeqId id = pick();
+        if (std::find(ids.begin(), ids.end(), id) != ids.end()) continue;
+        ids.push_back(id);
+        counts.push_back(std::uniform_int_distribution<std::uint32_t>(1, 2 * p)(rng));
+      }
+      const StoreStats before = store->stats();
+      try {
+        step(*store, shadows, ids, counts);
+      } catch (const Error& e) {
+        ASSERT_EQ(e.code(), Code::out_of_memory) << e.what();
+        ASSERT_EQ(store->stats().free_pages, before.free_pages);  // nothing changed
+        ++failures;
+      }
+    } else if (choice == 5) {
+      const SeqId parent = pick();
+      const SeqId child = store->fork(parent);
+      shadows[child] = shadows[parent];
+    } else if (choice == 6) {
+      const SeqId id = pick();
+      Shadow& s = shadows[id];
+      const Position begin = std::uniform_int_distribution<Position>(0, s.next_position + 1)(rng);
+      const PositionRange r{begin, begin + std::uniform_int_distribution<Position>(1, p + 2)(rng)};
+      try {
+        const std::uint64_t removed = store->drop(id, std::vector<PositionRange>{r});
+        const std::size_t before = s.tokens.size();
+        std::erase_if(s.tokens, [&](const Token& t) { return t.pos >= r.begin && t.pos < r.end; });
+        ASSERT_EQ(removed, before - s.tokens.size());
+        if (removed > 0) s.compacted = true;
+      } catch (const Error& e) {
+        ASSERT_EQ(e.code(), Code::out_of_memory) << e.what();
+      }
+    } else if (choice == 7) {
+      const SeqId id = pick();
+      store->release(id);
+      shadows.erase(id);
+    } else if (choice == 8) {
+      const SeqId id = pick();
+      const Shadow& s = shadows[id];
+      std::vector<std::int32_t> ids;
+      for (const Token& t : s.tokens) ids.push_back(t.id);
+      if (s.compacted) {
+        EXPECT_THROW(store->publish_prefix(id, ids), Error);
+      } else {
+        store->publish_prefix(id, ids);
+      }
+    } else {
+      const int group = static_cast<int>(rng() % 2);
+      std::vector<std::int32_t> ids;
+      for (Position pos = 0; pos < 3 * p; ++pos) ids.push_back(token_id(group, pos));
+      const SeqId id = store->create_sequence();
+      Shadow& s = shadows[id];
+      s.group = group;
+      const std::uint64_t matched = store->match_prefix(id, ids);
+      ASSERT_EQ(matched % p, 0u);
+      for (Position pos = 0; pos < static_cast<Position>(matched); ++pos) s.tokens.push_back({ids[pos], pos});
+      s.next_position = static_cast<Position>(matched);
+    }
+    check_invariants(*store, shadows);
+  }
+  for (const auto& [id, s] : shadows) check_contents(*store, id, s);
+  EXPECT_GT(failures, 0) << "the workload should reach memory pressure";
+  for (const auto& [id, s] : shadows) store->release(id);
+  store->evict_cached(store->stats().total_pages);
+  const StoreStats st = store->stats();
+  EXPECT_EQ(st.free_pages, st.total_pages) << "pages leaked";
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, StoreConformance, ::testing::ValuesIn(store_cases()), case_name);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(StoreConformance);
+
+}  // namespace
+}  // namespace kvcache::conformance

@@ -1,0 +1,62 @@
+// Shared pieces of the store conformance suite: the backends to test (every one the loader
+// finds, each skipped with its reason when unavailable), deterministic K/V rows, and tensors.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <dlpack/dlpack.h>
+#include <gtest/gtest.h>
+
+#include "kvcache/registry.hpp"
+
+namespace kvcache::conformance {
+
+inline const Registry& registry() {
+  static const auto r = Registry::load(PluginSettings{});
+  return *r;
+}
+
+inline std::vector<std::string> backend_names() { return registry().names(ComponentKind::backend); }
+
+// A store from `backend`, or a skip printing why the backend cannot run here.
+inline std::unique_ptr<CacheStore> open_store(const std::string& backend, const StoreSpec& spec) {
+  const ComponentInfo* info = registry().find(ComponentKind::backend, backend);
+  if (info == nullptr || !info->available) return nullptr;
+  auto store = registry().create_backend(backend)->create_store(spec);
+  return store;
+}
+
+inline std::string unavailable_reason(const std::string& backend) {
+  const ComponentInfo* info = registry().find(ComponentKind::backend, backend);
+  return info ? info->unavailable_reason : "not installed";
+}
+
+#define KVCACHE_OPEN_STORE_OR_SKIP(var, backend_name, spec)                                 \
+  auto var = ::kvcache::conformance::open_store(backend_name, spec);                        \
+  if (!var)                                                                                 \
+  GTEST_SKIP() << "backend " << backend_name                                                \
+               << " unavailable: " << ::kvcache::conformance::unavailable_reason(backend_name)
+
+// A deterministic row for (token id, position, layer, head, K or V): equal inputs give equal
+// K/V, as in a real model, so prefix sharing is checkable.
+inline std::vector<float> row_for(std::int32_t token, Position pos, std::uint32_t layer,
+                                  std::uint32_t head, bool value, std::uint32_t dim) {
+  std::vector<float> row(dim);
+  std::uint64_t h = (static_cast<std::uint64_t>(token) * 0x9E3779B97F4A7C15ull) ^
+                    (static_cast<std::uint64_t>(pos) << 20) ^ (std::uint64_t{layer} << 8) ^
+                    (std::uint64_t{head} << 2) ^ (value ? 1u : 0u);
+  for (std::uint32_t i = 0; i < dim; ++i) {
+    h = h * 6364136223846793005ull + 1442695040888963407ull;
+    row[i] = static_cast<float>(static_cast<std::int64_t>(h >> 40) - (1 << 23)) / (1 << 21);
+  }
+  return row;
+}
+
+inline DLTensor tensor(float* data, std::int64_t* shape, int ndim = 3) {
+  return DLTensor{data, {kDLCPU, 0}, ndim, {kDLFloat, 32, 1}, shape, nullptr, 0};
+}
+
+}  // namespace kvcache::conformance
