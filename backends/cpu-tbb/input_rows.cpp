@@ -1,5 +1,9 @@
 #include "input_rows.hpp"
 
+#include <immintrin.h>
+
+#include "kvcache/numeric.hpp"
+
 namespace kvcache::cpu {
 namespace {
 
@@ -26,7 +30,39 @@ void check_layout(const DLTensor& t, std::uint64_t rows, std::uint32_t heads, st
   if (t.dtype.lanes != 1) throw Error(Code::invalid_argument, std::string(name) + " must not be vectorized");
 }
 
+// GCC 12's AVX-512 headers warn about their own placeholders (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f"))) void widen_fp16_avx512(const std::uint16_t* in, float* out,
+                                                          std::uint32_t n) {
+  for (std::uint32_t i = 0; i < n; i += 16)
+    _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i))));
+}
+__attribute__((target("avx512f"))) void widen_bf16_avx512(const std::uint16_t* in, float* out,
+                                                          std::uint32_t n) {
+  for (std::uint32_t i = 0; i < n; i += 16) {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i)));
+    _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+  }
+}
+#pragma GCC diagnostic pop
+
+bool avx512() {
+  static const bool yes = __builtin_cpu_supports("avx512f");
+  return yes;
+}
+
 }  // namespace
+
+void InputRows::widen(const std::uint16_t* in, float* out) const {
+  const bool fp16 = code_ == kDLFloat;
+  if (avx512() && dim_ % 16 == 0) {
+    (fp16 ? widen_fp16_avx512 : widen_bf16_avx512)(in, out, dim_);
+    return;
+  }
+  for (std::uint32_t i = 0; i < dim_; ++i) out[i] = fp16 ? float_from_fp16(in[i]) : float_from_bf16(in[i]);
+}
 
 InputRows::InputRows(const DLTensor& t, std::uint64_t rows, std::uint32_t heads, std::uint32_t dim,
                      const char* name)

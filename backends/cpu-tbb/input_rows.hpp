@@ -6,7 +6,6 @@
 
 #include <dlpack/dlpack.h>
 
-#include "kvcache/numeric.hpp"
 #include "kvcache/status.hpp"
 
 namespace kvcache::cpu {
@@ -21,16 +20,14 @@ class InputRows {
   const float* row(std::uint64_t r, std::uint32_t h, float* scratch) const {
     const std::uint64_t index = (r * heads_ + h) * dim_;
     if (code_ == kDLFloat && bits_ == 32) return reinterpret_cast<const float*>(base_) + index;
-    const auto* in = reinterpret_cast<const std::uint16_t*>(base_) + index;
-    if (code_ == kDLFloat) {
-      for (std::uint32_t i = 0; i < dim_; ++i) scratch[i] = float_from_fp16(in[i]);
-    } else {
-      for (std::uint32_t i = 0; i < dim_; ++i) scratch[i] = float_from_bf16(in[i]);
-    }
+    widen(reinterpret_cast<const std::uint16_t*>(base_) + index, scratch);
     return scratch;
   }
 
  private:
+  // float16 or bfloat16 row to float32 (AVX-512 where present).
+  void widen(const std::uint16_t* in, float* out) const;
+
   const std::byte* base_;
   std::uint32_t heads_;
   std::uint32_t dim_;

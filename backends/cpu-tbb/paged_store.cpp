@@ -260,28 +260,30 @@ void PagedStore::append(std::uint32_t layer, std::span<const SeqId> ids,
   const InputRows k_rows(k, rows, heads, dim, "k");
   const InputRows v_rows(v, rows, heads, dim, "v");
 
-  // Work items: (sequence, chunk of up to 64 tokens) x head.
+  // Work items: chunks of up to 16 tokens of one sequence; within one, rows are read in memory
+  // order (token by token, all heads) and each goes to its head's tile.
   struct Chunk {
     std::size_t seq;
     std::uint32_t begin, end;
   };
   std::vector<Chunk> chunks;
   for (std::size_t i = 0; i < seqs.size(); ++i)
-    for (std::uint32_t b = 0; b < counts[i]; b += 64) chunks.push_back({i, b, std::min(counts[i], b + 64)});
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, chunks.size() * heads),
+    for (std::uint32_t b = 0; b < counts[i]; b += 16) chunks.push_back({i, b, std::min(counts[i], b + 16)});
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, chunks.size()),
                     [&](const tbb::blocked_range<std::size_t>& r) {
                       std::vector<float> scratch(dim);
                       for (std::size_t item = r.begin(); item != r.end(); ++item) {
-                        const Chunk& c = chunks[item / heads];
-                        const auto h = static_cast<std::uint32_t>(item % heads);
+                        const Chunk& c = chunks[item];
                         const Sequence& s = *seqs[c.seq];
                         for (std::uint32_t t = c.begin; t < c.end; ++t) {
                           const std::uint64_t slot = s.written[layer] + t;
                           const PageId page = s.pages[slot / page_size_];
                           const auto in_page = static_cast<std::uint32_t>(slot % page_size_);
                           const std::uint64_t row = first_row[c.seq] + t;
-                          k_codec_.encode(k_rows.row(row, h, scratch.data()), tile(page, layer, h, false), in_page);
-                          v_codec_.encode(v_rows.row(row, h, scratch.data()), tile(page, layer, h, true), in_page);
+                          for (std::uint32_t h = 0; h < heads; ++h) {
+                            k_codec_.encode(k_rows.row(row, h, scratch.data()), tile(page, layer, h, false), in_page);
+                            v_codec_.encode(v_rows.row(row, h, scratch.data()), tile(page, layer, h, true), in_page);
+                          }
                         }
                       }
                     });

@@ -49,6 +49,23 @@ KVCACHE_AVX512 void encode_fp16_avx512(const float* row, std::uint32_t d, std::b
   }
 }
 
+// bfloat16 with round-to-nearest-even and quiet NaNs, exactly as bf16_from_float.
+KVCACHE_AVX512 void encode_bf16_avx512(const float* row, std::uint32_t d, std::byte* codes,
+                                       std::byte*) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
+  const __m512i inf = _mm512_set1_epi32(0x7F800000);
+  for (std::uint32_t i = 0; i < d; i += 16) {
+    const __m512i bits = _mm512_castps_si512(_mm512_loadu_ps(row + i));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, abs_mask), inf);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    const __m512i rounded =
+        _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), 16);
+    const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x0040));
+    const __m512i result = _mm512_mask_blend_epi32(nan, rounded, quiet);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + 2 * i), _mm512_cvtepi32_epi16(result));
+  }
+}
+
 #pragma GCC diagnostic pop
 
 }  // namespace
@@ -60,6 +77,7 @@ SlotCodec::SlotCodec(const FormatSpec& spec, std::uint32_t head_dim, std::uint32
   if (has_avx512() && head_dim % 16 == 0) {
     if (spec.kind == FormatKind::int8_per_token) fast_encode_ = &encode_int8_avx512;
     if (spec.kind == FormatKind::fp16) fast_encode_ = &encode_fp16_avx512;
+    if (spec.kind == FormatKind::bf16) fast_encode_ = &encode_bf16_avx512;
   }
 }
 

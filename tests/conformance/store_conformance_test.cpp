@@ -145,10 +145,10 @@ class StoreConformance : public ::testing::TestWithParam<StoreCase> {
             std::vector<std::byte> codes(layout.slot_code_bytes), meta(layout.slot_meta_bytes);
             reference::encode(f, input, codes.data(), meta.data());
             const std::vector<std::byte> tile = store.read_tile(page, layer, h, value);
-            ASSERT_EQ(std::memcmp(tile.data() + in_page * layout.slot_code_bytes, codes.data(), codes.size()), 0)
+            ASSERT_TRUE(std::equal(codes.begin(), codes.end(), tile.begin() + in_page * layout.slot_code_bytes))
                 << "codes differ: layer " << layer << " slot " << slot << " head " << h;
-            ASSERT_EQ(std::memcmp(tile.data() + layout.code_bytes + in_page * layout.slot_meta_bytes,
-                                  meta.data(), meta.size()), 0)
+            ASSERT_TRUE(std::equal(meta.begin(), meta.end(),
+                                   tile.begin() + layout.code_bytes + in_page * layout.slot_meta_bytes))
                 << "scales differ: layer " << layer << " slot " << slot << " head " << h;
             std::vector<float> decoded(kDim);
             reference::decode(f, codes.data(), meta.data(), decoded);
