@@ -11,6 +11,7 @@
 #include <tbb/parallel_for.h>
 
 #include "input_rows.hpp"
+#include "kvcache/numeric.hpp"
 
 namespace kvcache::cpu {
 namespace {
@@ -110,6 +111,10 @@ void PagedStore::poison_slots(PageId page, std::uint32_t from_slot) {
       for (const bool value : {false, true}) {
         const StorageFormat& f = (value ? v_codec_ : k_codec_).layout();
         std::byte* t = tile(page, layer, h, value);
+        if (from_slot == 0) {  // the whole tile, group meta included
+          std::memset(t, 0xFF, f.tile_bytes);
+          continue;
+        }
         const std::size_t n = page_size_ - from_slot;
         std::memset(t + from_slot * f.slot_code_bytes, 0xFF, n * f.slot_code_bytes);
         std::memset(t + f.code_bytes + from_slot * f.slot_meta_bytes, 0xFF, n * f.slot_meta_bytes);
@@ -147,6 +152,54 @@ void PagedStore::make_private(Sequence& s, std::size_t i) {
   s.pages[i] = copy;
 }
 
+std::uint16_t* PagedStore::residual_row(Sequence& s, std::uint32_t layer, std::uint32_t head,
+                                        bool value, std::uint64_t slot) const {
+  const std::uint32_t group = (value ? v_codec_ : k_codec_).spec().group;
+  std::vector<std::uint16_t>& residual = value ? s.residual_v : s.residual_k;
+  return residual.data() +
+         ((std::size_t{layer} * spec_.model.kv_heads + head) * group + slot % group) * spec_.model.head_dim;
+}
+
+void PagedStore::encode_groups(const Sequence& s, std::uint32_t layer, std::uint32_t head,
+                               bool value, std::uint64_t begin, std::uint64_t end,
+                               std::uint64_t append_begin, std::uint64_t append_end,
+                               const InputRows& rows, std::uint64_t first_row,
+                               float* group_rows) const {
+  const SlotCodec& codec = value ? v_codec_ : k_codec_;
+  const std::uint32_t dim = spec_.model.head_dim;
+  const std::uint64_t group = codec.spec().group;
+  for (std::uint64_t start = begin - begin % group; start < end; start += group) {
+    if (start + group > append_end) break;  // incomplete: its rows wait in the residual
+    // Every row of a group goes through fp16, whether it waited in the residual or not, so the
+    // codes do not depend on how tokens were batched.
+    for (std::uint64_t slot = start; slot < start + group; ++slot) {
+      float* out = group_rows + (slot - start) * dim;
+      if (slot < append_begin) {
+        const std::uint16_t* held = residual_row(const_cast<Sequence&>(s), layer, head, value, slot);
+        for (std::uint32_t i = 0; i < dim; ++i) out[i] = float_from_fp16(held[i]);
+      } else {
+        const float* in = rows.row(first_row + (slot - append_begin), head, out);
+        for (std::uint32_t i = 0; i < dim; ++i) out[i] = float_from_fp16(fp16_from_float(in[i]));
+      }
+    }
+    codec.encode_group(group_rows, tile(s.pages[start / page_size_], layer, head, value),
+                       static_cast<std::uint32_t>(start % page_size_));
+  }
+}
+
+void PagedStore::read_row(const Sequence& s, std::uint32_t layer, std::uint32_t head, bool value,
+                          std::uint64_t slot, float* row) const {
+  const SlotCodec& codec = value ? v_codec_ : k_codec_;
+  const std::uint32_t group = codec.spec().group;
+  if (codec.spec().groups_tokens() && (slot / group + 1) * group > s.written[layer]) {
+    const std::uint16_t* held = residual_row(const_cast<Sequence&>(s), layer, head, value, slot);
+    for (std::uint32_t i = 0; i < spec_.model.head_dim; ++i) row[i] = float_from_fp16(held[i]);
+    return;
+  }
+  codec.decode(tile(s.pages[slot / page_size_], layer, head, value),
+               static_cast<std::uint32_t>(slot % page_size_), row);
+}
+
 StoreInfo PagedStore::info() const {
   return {page_size_, pool_.total(), page_bytes_, k_codec_.layout(), v_codec_.layout()};
 }
@@ -169,7 +222,11 @@ StoreStats PagedStore::stats() const {
 SeqId PagedStore::create_sequence() {
   std::unique_lock lock(mutex_);
   const SeqId id = next_id_++;
-  sequences_[id].written.assign(spec_.model.layers, 0);
+  Sequence& s = sequences_[id];
+  s.written.assign(spec_.model.layers, 0);
+  const std::size_t per_group = std::size_t{spec_.model.layers} * spec_.model.kv_heads * spec_.model.head_dim;
+  if (k_codec_.spec().groups_tokens()) s.residual_k.assign(per_group * k_codec_.spec().group, 0);
+  if (v_codec_.spec().groups_tokens()) s.residual_v.assign(per_group * v_codec_.spec().group, 0);
   return id;
 }
 
@@ -260,39 +317,83 @@ void PagedStore::append(std::uint32_t layer, std::span<const SeqId> ids,
   const InputRows k_rows(k, rows, heads, dim, "k");
   const InputRows v_rows(v, rows, heads, dim, "v");
 
-  // Work items: chunks of up to 16 tokens of one sequence; within one, rows are read in memory
-  // order (token by token, all heads) and each goes to its head's tile.
+  // Work items: chunks of up to `chunk` tokens of one sequence, aligned to token groups so that
+  // each group is encoded by one task. Rows are read in memory order where the format allows.
+  std::uint32_t chunk = 16;
+  for (const SlotCodec* c : {&k_codec_, &v_codec_})
+    if (c->spec().groups_tokens()) chunk = std::max(chunk, c->spec().group);
   struct Chunk {
     std::size_t seq;
     std::uint32_t begin, end;
   };
   std::vector<Chunk> chunks;
-  for (std::size_t i = 0; i < seqs.size(); ++i)
-    for (std::uint32_t b = 0; b < counts[i]; b += 16) chunks.push_back({i, b, std::min(counts[i], b + 16)});
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    for (std::uint32_t b = 0; b < counts[i];) {
+      const std::uint64_t slot = seqs[i]->written[layer] + b;
+      const auto e = static_cast<std::uint32_t>(std::min<std::uint64_t>(counts[i], b + chunk - slot % chunk));
+      chunks.push_back({i, b, e});
+      b = e;
+    }
+  }
+  const auto rows_of = [&](bool value) -> const InputRows& { return value ? v_rows : k_rows; };
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, chunks.size()),
                     [&](const tbb::blocked_range<std::size_t>& r) {
-                      std::vector<float> scratch(dim);
+                      std::vector<float> input(dim), group_rows(std::size_t{chunk} * dim);
                       for (std::size_t item = r.begin(); item != r.end(); ++item) {
                         const Chunk& c = chunks[item];
                         const Sequence& s = *seqs[c.seq];
+                        const std::uint64_t base = s.written[layer];  // slot of the append's row 0
                         for (std::uint32_t t = c.begin; t < c.end; ++t) {
-                          const std::uint64_t slot = s.written[layer] + t;
+                          const std::uint64_t slot = base + t;
                           const PageId page = s.pages[slot / page_size_];
                           const auto in_page = static_cast<std::uint32_t>(slot % page_size_);
-                          const std::uint64_t row = first_row[c.seq] + t;
                           for (std::uint32_t h = 0; h < heads; ++h) {
-                            k_codec_.encode(k_rows.row(row, h, scratch.data()), tile(page, layer, h, false), in_page);
-                            v_codec_.encode(v_rows.row(row, h, scratch.data()), tile(page, layer, h, true), in_page);
+                            for (const bool value : {false, true}) {
+                              const SlotCodec& codec = value ? v_codec_ : k_codec_;
+                              if (!codec.spec().groups_tokens())
+                                codec.encode(rows_of(value).row(first_row[c.seq] + t, h, input.data()),
+                                             tile(page, layer, h, value), in_page);
+                            }
                           }
+                        }
+                        for (const bool value : {false, true}) {
+                          const SlotCodec& codec = value ? v_codec_ : k_codec_;
+                          if (!codec.spec().groups_tokens()) continue;
+                          for (std::uint32_t h = 0; h < heads; ++h)
+                            encode_groups(s, layer, h, value, base + c.begin, base + c.end, base,
+                                          base + counts[c.seq], rows_of(value), first_row[c.seq],
+                                          group_rows.data());
                         }
                       }
                     });
+  // The rows of each sequence's last, incomplete group wait in fp16 (after the parallel part,
+  // which may still have read earlier rows of the residual).
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    std::vector<float> input(dim);
+    for (const bool value : {false, true}) {
+      const SlotCodec& codec = value ? v_codec_ : k_codec_;
+      if (!codec.spec().groups_tokens()) continue;
+      const std::uint64_t base = seqs[i]->written[layer], end = base + counts[i];
+      const std::uint64_t tail = std::max(base, end / codec.spec().group * codec.spec().group);
+      for (std::uint64_t slot = tail; slot < end; ++slot) {
+        for (std::uint32_t h = 0; h < heads; ++h) {
+          const float* row = rows_of(value).row(first_row[i] + (slot - base), h, input.data());
+          std::uint16_t* held = residual_row(*seqs[i], layer, h, value, slot);
+          for (std::uint32_t j = 0; j < dim; ++j) held[j] = fp16_from_float(row[j]);
+        }
+      }
+    }
+  }
   for (std::size_t i = 0; i < seqs.size(); ++i) seqs[i]->written[layer] += counts[i];
 }
 
 std::uint64_t PagedStore::drop(SeqId id, std::span<const PositionRange> ranges) {
   std::unique_lock lock(mutex_);
   Sequence& s = find(id);
+  for (const SlotCodec* c : {&k_codec_, &v_codec_})
+    if (c->spec().groups_tokens())
+      throw Error(Code::unsupported, "cannot drop tokens stored as " + c->spec().name() +
+                                         ": its scales span groups of tokens");
   if (!fully_written(s))
     throw Error(Code::invalid_argument, "cannot drop from sequence " + std::to_string(id) +
                                             " while reserved slots are unwritten");
@@ -442,11 +543,9 @@ void PagedStore::gather(std::uint32_t layer, SeqId id, DLTensor& k, DLTensor& v)
   float* k_out = output_rows(k, n, heads, dim, "k");
   float* v_out = output_rows(v, n, heads, dim, "v");
   for (std::uint64_t slot = 0; slot < n; ++slot) {
-    const PageId page = s.pages[slot / page_size_];
-    const auto in_page = static_cast<std::uint32_t>(slot % page_size_);
     for (std::uint32_t h = 0; h < heads; ++h) {
-      k_codec_.decode(tile(page, layer, h, false), in_page, k_out + (slot * heads + h) * dim);
-      v_codec_.decode(tile(page, layer, h, true), in_page, v_out + (slot * heads + h) * dim);
+      read_row(s, layer, h, false, slot, k_out + (slot * heads + h) * dim);
+      read_row(s, layer, h, true, slot, v_out + (slot * heads + h) * dim);
     }
   }
 }

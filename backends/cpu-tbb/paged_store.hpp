@@ -16,6 +16,7 @@
 #include "kvcache/cache_store.hpp"
 #include "page_pool.hpp"
 #include "prefix_index.hpp"
+#include "input_rows.hpp"
 #include "slot_codec.hpp"
 
 namespace kvcache::cpu {
@@ -53,6 +54,10 @@ class PagedStore final : public CacheStore {
     Position next_position = 0;
     bool contiguous = true;            // positions are 0..length-1 (no compaction yet)
     std::vector<std::uint64_t> chain;  // prefix hash of each published leading page
+    // For a format that groups tokens (kivi-k): the group being filled, in fp16, until it is
+    // complete and encoded: [layer][kv_head][group][head_dim]. Empty otherwise.
+    std::vector<std::uint16_t> residual_k;
+    std::vector<std::uint16_t> residual_v;
   };
 
   Sequence& find(SeqId id);
@@ -68,6 +73,17 @@ class PagedStore final : public CacheStore {
   void copy_slot(PageId from, std::uint32_t from_slot, PageId to, std::uint32_t to_slot);
   // Replaces a shared page of `s` at index i by a private copy.
   void make_private(Sequence& s, std::size_t i);
+  // Encodes the complete token groups that overlap slots [begin, end) of an append covering
+  // [append_begin, append_end): rows before append_begin come from the residual, the others
+  // from `rows`. `group_rows` holds group * head_dim floats.
+  void encode_groups(const Sequence& s, std::uint32_t layer, std::uint32_t head, bool value,
+                     std::uint64_t begin, std::uint64_t end, std::uint64_t append_begin,
+                     std::uint64_t append_end, const InputRows& rows, std::uint64_t first_row,
+                     float* group_rows) const;
+  void read_row(const Sequence& s, std::uint32_t layer, std::uint32_t head, bool value,
+                std::uint64_t slot, float* row) const;
+  std::uint16_t* residual_row(Sequence& s, std::uint32_t layer, std::uint32_t head, bool value,
+                              std::uint64_t slot) const;
 
   StoreSpec spec_;
   std::uint32_t page_size_;

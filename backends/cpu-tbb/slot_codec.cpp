@@ -90,6 +90,11 @@ void SlotCodec::encode(const float* row, std::byte* tile, std::uint32_t slot) co
   }
 }
 
+void SlotCodec::encode_group(const float* rows, std::byte* tile, std::uint32_t first_slot) const {
+  reference::encode_group(spec_, std::span<const float>(rows, std::size_t{spec_.group} * head_dim_),
+                          head_dim_, codes(tile, first_slot), meta(tile, first_slot));
+}
+
 void SlotCodec::decode(const std::byte* tile, std::uint32_t slot, float* row) const {
   reference::decode(spec_, codes(tile, slot), meta(tile, slot), std::span<float>(row, head_dim_));
 }

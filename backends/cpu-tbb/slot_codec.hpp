@@ -18,8 +18,12 @@ class SlotCodec {
   const FormatSpec& spec() const { return spec_; }
   const StorageFormat& layout() const { return layout_; }
 
+  // Per-slot formats only.
   void encode(const float* row, std::byte* tile, std::uint32_t slot) const;
+  // Formats that group tokens (kivi-k): rows[group][head_dim] into the group of `first_slot`.
+  void encode_group(const float* rows, std::byte* tile, std::uint32_t first_slot) const;
   void decode(const std::byte* tile, std::uint32_t slot, float* row) const;
+  // Per-slot formats only.
   void copy_slot(const std::byte* from_tile, std::uint32_t from_slot, std::byte* to_tile,
                  std::uint32_t to_slot) const {
     std::memcpy(codes(to_tile, to_slot), codes(from_tile, from_slot), layout_.slot_code_bytes);
@@ -34,10 +38,10 @@ class SlotCodec {
     return tile + std::size_t{slot} * layout_.slot_code_bytes;
   }
   std::byte* meta(std::byte* tile, std::uint32_t slot) const {
-    return tile + layout_.code_bytes + std::size_t{slot} * layout_.slot_meta_bytes;
+    return tile + slot_meta_offset(spec_, layout_, head_dim_, slot);
   }
   const std::byte* meta(const std::byte* tile, std::uint32_t slot) const {
-    return tile + layout_.code_bytes + std::size_t{slot} * layout_.slot_meta_bytes;
+    return tile + slot_meta_offset(spec_, layout_, head_dim_, slot);
   }
 
   using EncodeFn = void (*)(const float* row, std::uint32_t head_dim, std::byte* codes,

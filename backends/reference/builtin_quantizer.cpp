@@ -20,7 +20,7 @@ std::pair<std::uint32_t, std::uint32_t> rows_of(const DLTensor& t) {
 }  // namespace
 
 BuiltinQuantizer::BuiltinQuantizer(FormatKind kind, const sdk::Options& options)
-    : spec_(parse_format(FormatSpec{kind, 32}.name(), options.json())) {}
+    : spec_(parse_format(FormatSpec{kind}.name(), options.json())) {}
 
 StorageFormat BuiltinQuantizer::describe(std::uint32_t head_dim, std::uint32_t page_size) const {
   return format_layout(spec_, head_dim, page_size);
@@ -33,11 +33,21 @@ void BuiltinQuantizer::encode(const DLTensor& src, std::uint32_t first_slot, std
   if (first_slot + count > page_size) throw Error(Code::invalid_argument, "slots beyond the page");
   auto* t = static_cast<std::byte*>(tile);
   const auto* rows = static_cast<const float*>(src.data);
+  if (spec_.groups_tokens()) {
+    if (first_slot % spec_.group != 0 || count % spec_.group != 0)
+      throw Error(Code::invalid_argument,
+                  spec_.name() + " encodes whole groups of " + std::to_string(spec_.group) +
+                      " tokens; a store keeps the newest ones in fp16 until their group fills");
+    for (std::uint32_t g = 0; g < count; g += spec_.group)
+      reference::encode_group(spec_, std::span<const float>(rows + std::size_t{g} * dim, std::size_t{spec_.group} * dim),
+                              dim, t + slot_code_offset(f, first_slot + g),
+                              t + slot_meta_offset(spec_, f, dim, first_slot + g));
+    return;
+  }
   for (std::uint32_t r = 0; r < count; ++r) {
     const std::uint32_t slot = first_slot + r;
     reference::encode(spec_, std::span<const float>(rows + std::size_t{r} * dim, dim),
-                      t + std::size_t{slot} * f.slot_code_bytes,
-                      t + f.code_bytes + std::size_t{slot} * f.slot_meta_bytes);
+                      t + slot_code_offset(f, slot), t + slot_meta_offset(spec_, f, dim, slot));
   }
 }
 
@@ -50,8 +60,7 @@ void BuiltinQuantizer::decode(const void* tile, std::uint32_t first_slot, std::u
   auto* rows = static_cast<float*>(dst.data);
   for (std::uint32_t r = 0; r < count; ++r) {
     const std::uint32_t slot = first_slot + r;
-    reference::decode(spec_, t + std::size_t{slot} * f.slot_code_bytes,
-                      t + f.code_bytes + std::size_t{slot} * f.slot_meta_bytes,
+    reference::decode(spec_, t + slot_code_offset(f, slot), t + slot_meta_offset(spec_, f, dim, slot),
                       std::span<float>(rows + std::size_t{r} * dim, dim));
   }
 }

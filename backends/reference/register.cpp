@@ -12,4 +12,5 @@ KVCACHE_PLUGIN("reference", "0.1.0",
                component<Builtin<FormatKind::bf16>>("bf16", "1.0.0"),
                component<Builtin<FormatKind::fp8_e4m3>>("fp8-e4m3", "1.0.0"),
                component<Builtin<FormatKind::int8_per_token>>("int8-per-token", "1.0.0"),
-               component<Builtin<FormatKind::int4_group>>("int4-group", "1.0.0"))
+               component<Builtin<FormatKind::int4_group>>("int4-group", "1.0.0"),
+               component<Builtin<FormatKind::kivi_k>>("kivi-k", "1.0.0"))

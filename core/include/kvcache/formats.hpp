@@ -5,9 +5,12 @@
 //
 // Tile layout (one page, one layer, one KV head; P = page_size slots, D = head_dim):
 //   [P][slot_code_bytes] codes, then [P][slot_meta_bytes] per-slot scales/zeros, padded to 64 B.
-// Every slot is self-contained, so compaction moves a token by copying its codes and its meta.
+// Every slot is self-contained, so compaction moves a token by copying its codes and its meta,
+// except for kivi-k, whose scales are per channel over a group of G tokens: its meta is
+// [P / G][head_dim] (fp16 scale, fp16 minimum) and a group is encoded once all G tokens exist.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -28,11 +31,16 @@ enum class FormatKind : std::uint32_t {
   fp8_e4m3,        // fp8 codes, one fp32 scale per token-head: scale = max|x| / 448
   int8_per_token,  // the seed's: scale = max|x| / 127 (>= 1e-8), code = rne(x / scale)
   int4_group,      // asymmetric, per group of head_dim: fp16 scale and fp16 minimum
+  kivi_k,          // KIVI keys: int4 or int2 per channel over groups of G tokens, asymmetric
 };
 
 struct FormatSpec {
   FormatKind kind = FormatKind::fp16;
-  std::uint32_t group = 32;  // int4-group only: 32, 64 or 128 elements
+  std::uint32_t group = 32;  // int4-group: 32, 64 or 128 elements; kivi-k: tokens (power of 2)
+  std::uint32_t bits = 4;    // kivi-k: 4 or 2
+  // Whether scales span several tokens (kivi-k): such a format is written a whole group at a
+  // time, and its slots cannot be moved one by one.
+  bool groups_tokens() const { return kind == FormatKind::kivi_k; }
   KVCACHE_API std::string name() const;
   friend bool operator==(const FormatSpec&, const FormatSpec&) = default;
 };
@@ -47,12 +55,28 @@ KVCACHE_API const std::vector<std::string>& format_names();
 KVCACHE_API StorageFormat format_layout(const FormatSpec& spec, std::uint32_t head_dim,
                                         std::uint32_t page_size);
 
+// Byte offsets within a tile of a slot's codes and of its meta (its group's meta for a format
+// that groups tokens).
+inline std::size_t slot_code_offset(const StorageFormat& f, std::uint32_t slot) {
+  return std::size_t{slot} * f.slot_code_bytes;
+}
+inline std::size_t slot_meta_offset(const FormatSpec& spec, const StorageFormat& f,
+                                    std::uint32_t head_dim, std::uint32_t slot) {
+  return f.code_bytes + (spec.groups_tokens() ? std::size_t{slot / spec.group} * head_dim * 4
+                                              : std::size_t{slot} * f.slot_meta_bytes);
+}
+
 namespace reference {
 
 // Encodes one token-head vector x[head_dim] into its slot's codes and meta.
 KVCACHE_API void encode(const FormatSpec& spec, std::span<const float> x, std::byte* codes,
                         std::byte* meta);
-// Decodes one slot back into out[head_dim] (float32).
+// For formats that group tokens: encodes rows[group][head_dim] into the group's consecutive
+// slot codes and its meta.
+KVCACHE_API void encode_group(const FormatSpec& spec, std::span<const float> rows,
+                              std::uint32_t head_dim, std::byte* codes, std::byte* meta);
+// Decodes one slot back into out[head_dim] (float32); `meta` is the slot's meta, or its group's
+// for a format that groups tokens.
 KVCACHE_API void decode(const FormatSpec& spec, const std::byte* codes, const std::byte* meta,
                         std::span<float> out);
 

@@ -19,6 +19,7 @@ constexpr Named kFormats[] = {
     {"fp8-e4m3", FormatKind::fp8_e4m3},
     {"int8-per-token", FormatKind::int8_per_token},
     {"int4-group", FormatKind::int4_group},
+    {"kivi-k", FormatKind::kivi_k},
 };
 
 }  // namespace
@@ -42,8 +43,18 @@ FormatSpec parse_format(std::string_view name, const nlohmann::json& options) {
   const sdk::Options opts(options);
   for (const Named& f : kFormats) {
     if (name != f.name) continue;
-    FormatSpec spec{f.kind, 32};
-    if (f.kind == FormatKind::int4_group) {
+    FormatSpec spec{f.kind, 32, 4};
+    if (f.kind == FormatKind::kivi_k) {
+      opts.only({"group", "bits"});
+      spec.group = opts.get<std::uint32_t>("group", 32);
+      spec.bits = opts.get<std::uint32_t>("bits", 4);
+      if (spec.group == 0 || (spec.group & (spec.group - 1)) != 0 || spec.group > 1024)
+        throw Error(Code::invalid_argument, "kivi-k: option 'group' must be a power of two up to 1024 tokens, got " +
+                                                std::to_string(spec.group));
+      if (spec.bits != 4 && spec.bits != 2)
+        throw Error(Code::invalid_argument, "kivi-k: option 'bits' must be 4 or 2, got " +
+                                                std::to_string(spec.bits));
+    } else if (f.kind == FormatKind::int4_group) {
       opts.only({"group"});
       spec.group = opts.get<std::uint32_t>("group", 32);
       if (spec.group != 32 && spec.group != 64 && spec.group != 128)
@@ -63,7 +74,7 @@ StorageFormat format_layout(const FormatSpec& spec, std::uint32_t head_dim,
   if (head_dim == 0 || page_size == 0)
     throw Error(Code::invalid_argument, "head_dim and page_size must be positive");
   StorageFormat f;
-  const DLDataType f32{kDLFloat, 32, 1};
+  [[maybe_unused]] const DLDataType f32{kDLFloat, 32, 1};
   const DLDataType f16{kDLFloat, 16, 1};
   switch (spec.kind) {
     case FormatKind::fp32: f.code_bits = 32; break;
@@ -76,6 +87,8 @@ StorageFormat format_layout(const FormatSpec& spec, std::uint32_t head_dim,
       f.scale_dtype = f32;
       f.slot_meta_bytes = 4;
       break;
+    case FormatKind::kivi_k:
+      break;  // below, once the page size is checked
     case FormatKind::int4_group:
       if (head_dim % spec.group != 0)
         throw Error(Code::invalid_argument, "int4-group: group " + std::to_string(spec.group) +
@@ -89,12 +102,26 @@ StorageFormat format_layout(const FormatSpec& spec, std::uint32_t head_dim,
       f.slot_meta_bytes = head_dim / spec.group * 4;  // fp16 scale + fp16 minimum per group
       break;
   }
+  std::uint64_t meta_bytes = std::uint64_t{page_size} * f.slot_meta_bytes;
+  if (spec.kind == FormatKind::kivi_k) {
+    if (page_size % spec.group != 0)
+      throw Error(Code::invalid_argument,
+                  "kivi-k: its group of " + std::to_string(spec.group) +
+                      " tokens must divide the page size " + std::to_string(page_size) +
+                      " (set quantizer option 'group' or cache.page_size)");
+    f.code_bits = spec.bits;
+    f.granularity = Granularity::channel;
+    f.group_size = spec.group;
+    f.symmetric = false;
+    f.scale_dtype = f16;
+    meta_bytes = std::uint64_t{page_size} / spec.group * head_dim * 4;  // fp16 scale + minimum
+  }
   if (head_dim * f.code_bits % 8 != 0)
     throw Error(Code::invalid_argument, "head_dim " + std::to_string(head_dim) +
                                             " does not fill whole bytes in " + spec.name());
   f.slot_code_bytes = head_dim * f.code_bits / 8;
   f.code_bytes = std::uint64_t{page_size} * f.slot_code_bytes;
-  const std::uint64_t used = f.code_bytes + std::uint64_t{page_size} * f.slot_meta_bytes;
+  const std::uint64_t used = f.code_bytes + meta_bytes;
   f.tile_bytes = (used + 63) / 64 * 64;  // every tile starts on a cache line
   return f;
 }

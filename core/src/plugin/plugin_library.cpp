@@ -1,5 +1,7 @@
 #include "plugin/plugin_library.hpp"
 
+#include <dlfcn.h>
+
 #include <cstddef>
 #include <exception>
 #include <string_view>
@@ -76,7 +78,13 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::load(const std::filesystem::
   boost::dll::shared_library library;
   try {
     // rtld_now: an unresolved symbol fails here, with the file named, not at first call.
-    library.load(file, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+    // RTLD_NODELETE: a plugin's runtime dependencies may keep threads of their own (oneTBB's
+    // workers, a GPU runtime's); unmapping code under them crashes at exit. Objects still hold
+    // their library, so the ownership rule stands; only the final unmap is skipped (as ggml does).
+    const auto mode = static_cast<boost::dll::load_mode::type>(
+        static_cast<unsigned>(boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local) |
+        RTLD_NODELETE);
+    library.load(file, mode);
   } catch (const boost::dll::fs::system_error& e) {
     throw LoadError("cannot load: " + dlerror_part(e.what()));
   }
