@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "kvcache/numeric.hpp"
 #include "kvcache/status.hpp"
 
 namespace kvcache::cpu {
@@ -66,6 +67,68 @@ KVCACHE_AVX512 void encode_bf16_avx512(const float* row, std::uint32_t d, std::b
   }
 }
 
+// fp8 E4M3 with a per token-head scale: the reference's steps (true division by the scale,
+// binade from the exponent, round-half-even of the scaled mantissa) 16 lanes at a time.
+KVCACHE_AVX512 void encode_fp8_avx512(const float* row, std::uint32_t d, std::byte* codes,
+                                      std::byte* meta) {
+  __m512 amax = _mm512_setzero_ps();
+  for (std::uint32_t i = 0; i < d; i += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(row + i)));
+  const float scale = std::max(_mm512_reduce_max_ps(amax) / kFp8E4M3Max, 1e-12f);
+  std::memcpy(meta, &scale, sizeof(scale));
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (std::uint32_t i = 0; i < d; i += 16) {
+    const __m512 y = _mm512_div_ps(_mm512_loadu_ps(row + i), vscale);
+    const __m512i sign = _mm512_srli_epi32(_mm512_and_si512(_mm512_castps_si512(y), _mm512_set1_epi32(INT32_MIN)), 24);
+    const __m512 a = _mm512_abs_ps(y);
+    const __mmask16 saturated = _mm512_cmp_ps_mask(a, _mm512_set1_ps(kFp8E4M3Max), _CMP_GE_OQ);
+    __m512 exponent = _mm512_max_ps(_mm512_getexp_ps(a), _mm512_set1_ps(-6.0f));
+    __m512 m = _mm512_roundscale_ps(_mm512_scalef_ps(a, _mm512_sub_ps(_mm512_set1_ps(3.0f), exponent)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __mmask16 carry = _mm512_cmp_ps_mask(m, _mm512_set1_ps(16.0f), _CMP_EQ_OQ);
+    m = _mm512_mask_mov_ps(m, carry, _mm512_set1_ps(8.0f));
+    exponent = _mm512_mask_add_ps(exponent, carry, exponent, _mm512_set1_ps(1.0f));
+    const __m512i mi = _mm512_cvtps_epi32(m);
+    const __m512i biased = _mm512_add_epi32(_mm512_cvtps_epi32(exponent), _mm512_set1_epi32(7));
+    const __m512i normal = _mm512_or_si512(_mm512_slli_epi32(biased, 3), _mm512_sub_epi32(mi, _mm512_set1_epi32(8)));
+    const __mmask16 subnormal = _mm512_cmplt_epi32_mask(mi, _mm512_set1_epi32(8));
+    __m512i code = _mm512_mask_mov_epi32(normal, subnormal, mi);
+    code = _mm512_mask_mov_epi32(code, saturated, _mm512_set1_epi32(0x7E));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm512_cvtepi32_epi8(_mm512_or_si512(code, sign)));
+  }
+}
+
+// int4, asymmetric per group of head_dim: the reference's fp16-rounded scale and minimum, a
+// true division, round-half-even, two codes per byte (even element in the low nibble).
+KVCACHE_AVX512 void encode_int4_avx512(const float* row, std::uint32_t d, std::uint32_t group,
+                                       std::byte* codes, std::byte* meta) {
+  for (std::uint32_t start = 0; start < d; start += group) {
+    __m512 lo = _mm512_loadu_ps(row + start), hi = lo;
+    for (std::uint32_t i = start + 16; i < start + group; i += 16) {
+      lo = _mm512_min_ps(lo, _mm512_loadu_ps(row + i));
+      hi = _mm512_max_ps(hi, _mm512_loadu_ps(row + i));
+    }
+    const float low = _mm512_reduce_min_ps(lo), high = _mm512_reduce_max_ps(hi);
+    const std::uint16_t scale16 = fp16_from_float((high - low) / 15.0f);
+    const std::uint16_t min16 = fp16_from_float(low);
+    std::memcpy(meta + start / group * 4, &scale16, 2);
+    std::memcpy(meta + start / group * 4 + 2, &min16, 2);
+    const float scale = float_from_fp16(scale16), minimum = float_from_fp16(min16);
+    for (std::uint32_t i = start; i < start + group; i += 16) {
+      __m512i q = _mm512_setzero_si512();
+      if (scale > 0.0f) {
+        const __m512 r = _mm512_roundscale_ps(
+            _mm512_div_ps(_mm512_sub_ps(_mm512_loadu_ps(row + i), _mm512_set1_ps(minimum)), _mm512_set1_ps(scale)),
+            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        q = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(r, _mm512_setzero_ps()), _mm512_set1_ps(15.0f)));
+      }
+      const __m128i bytes = _mm512_cvtepi32_epi8(q);  // 16 codes, one per byte
+      const __m128i pairs = _mm_or_si128(_mm_and_si128(bytes, _mm_set1_epi16(0x000F)),
+                                         _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi16(0x00F0)));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i / 2), _mm_packus_epi16(pairs, pairs));
+    }
+  }
+}
+
 #pragma GCC diagnostic pop
 
 }  // namespace
@@ -78,11 +141,15 @@ SlotCodec::SlotCodec(const FormatSpec& spec, std::uint32_t head_dim, std::uint32
     if (spec.kind == FormatKind::int8_per_token) fast_encode_ = &encode_int8_avx512;
     if (spec.kind == FormatKind::fp16) fast_encode_ = &encode_fp16_avx512;
     if (spec.kind == FormatKind::bf16) fast_encode_ = &encode_bf16_avx512;
+    if (spec.kind == FormatKind::fp8_e4m3) fast_encode_ = &encode_fp8_avx512;
+    if (spec.kind == FormatKind::int4_group) fast_int4_ = true;
   }
 }
 
 void SlotCodec::encode(const float* row, std::byte* tile, std::uint32_t slot) const {
-  if (fast_encode_ != nullptr) {
+  if (fast_int4_) {
+    encode_int4_avx512(row, head_dim_, spec_.group, codes(tile, slot), meta(tile, slot));
+  } else if (fast_encode_ != nullptr) {
     fast_encode_(row, head_dim_, codes(tile, slot), meta(tile, slot));
   } else {
     reference::encode(spec_, std::span<const float>(row, head_dim_), codes(tile, slot),

@@ -50,6 +50,7 @@ class SlotCodec {
   StorageFormat layout_;
   std::uint32_t head_dim_;
   EncodeFn fast_encode_ = nullptr;  // null: the reference encoder
+  bool fast_int4_ = false;          // int4-group's AVX-512 encoder (it takes the group size)
 };
 
 }  // namespace kvcache::cpu
