@@ -1,8 +1,11 @@
 // Rows of a host tensor [rows, heads, head_dim] in float32, float16 or bfloat16, read as float32.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include <dlpack/dlpack.h>
 
@@ -15,6 +18,12 @@ class InputRows {
   // Checks the tensor: host memory, 3-d [rows, heads, dim], row-major, a supported dtype.
   InputRows(const DLTensor& t, std::uint64_t rows, std::uint32_t heads, std::uint32_t dim,
             const char* name);
+
+  // Asks for the row of (r, h) to be brought into cache while other work goes on.
+  void prefetch(std::uint64_t r, std::uint32_t h) const {
+    const std::byte* p = base_ + (r * heads_ + h) * dim_ * (bits_ / 8);
+    for (std::uint32_t offset = 0; offset < dim_ * (bits_ / 8u); offset += 64) __builtin_prefetch(p + offset);
+  }
 
   // The row of (r, h) as float32: in place for float32 input, else converted into `scratch`.
   const float* row(std::uint64_t r, std::uint32_t h, float* scratch) const {
@@ -33,6 +42,21 @@ class InputRows {
   std::uint32_t dim_;
   std::uint8_t code_;
   std::uint8_t bits_;
+};
+
+// A row buffer on a cache-line boundary: widened rows are read back at once by the encoders, and
+// misaligned 64-byte vectors would defeat store-to-load forwarding.
+class RowBuffer {
+ public:
+  explicit RowBuffer(std::size_t floats) : storage_(floats + 16) {}
+  float* data() {
+    void* p = storage_.data();
+    std::size_t space = storage_.size() * sizeof(float);
+    return static_cast<float*>(std::align(64, (storage_.size() - 16) * sizeof(float), p, space));
+  }
+
+ private:
+  std::vector<float> storage_;
 };
 
 // Checks that `t` is a writable host float32 tensor of exactly [rows, heads, dim], row-major.

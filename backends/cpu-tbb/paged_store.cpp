@@ -65,7 +65,15 @@ PagedStore::PagedStore(const StoreSpec& spec)
   const std::size_t total = layer_stride_ * spec_.model.layers;
   memory_.reset(static_cast<std::byte*>(std::aligned_alloc(64, (total + 63) / 64 * 64)));
   if (!memory_) throw Error(Code::out_of_memory, "cannot allocate " + std::to_string(total) + " bytes");
-  if (spec_.poison_unused) std::memset(memory_.get(), 0xFF, total);
+  // Touch every page now, in parallel: the pools are committed at creation, so no append ever
+  // pays for a page fault (and each page lands on the NUMA node of a worker).
+  const int fill = spec_.poison_unused ? 0xFF : 0;
+  const std::size_t block = std::size_t{1} << 21;
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, (total + block - 1) / block),
+                    [&](const tbb::blocked_range<std::size_t>& r) {
+                      for (std::size_t b = r.begin(); b != r.end(); ++b)
+                        std::memset(memory_.get() + b * block, fill, std::min(block, total - b * block));
+                    });
   positions_ = std::make_unique<Position[]>(std::size_t{pages} * page_size_);
   fill_.assign(pages, 0);
 }
@@ -338,7 +346,9 @@ void PagedStore::append(std::uint32_t layer, std::span<const SeqId> ids,
   const auto rows_of = [&](bool value) -> const InputRows& { return value ? v_rows : k_rows; };
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, chunks.size()),
                     [&](const tbb::blocked_range<std::size_t>& r) {
-                      std::vector<float> input(dim), group_rows(std::size_t{chunk} * dim);
+                      RowBuffer input_buffer(dim);
+                      float* const input = input_buffer.data();
+                      std::vector<float> group_rows(std::size_t{chunk} * dim);
                       for (std::size_t item = r.begin(); item != r.end(); ++item) {
                         const Chunk& c = chunks[item];
                         const Sequence& s = *seqs[c.seq];
@@ -348,10 +358,15 @@ void PagedStore::append(std::uint32_t layer, std::span<const SeqId> ids,
                           const PageId page = s.pages[slot / page_size_];
                           const auto in_page = static_cast<std::uint32_t>(slot % page_size_);
                           for (std::uint32_t h = 0; h < heads; ++h) {
+                            // The next token's rows arrive while this one is encoded.
+                            if (t + 4 < c.end) {
+                              k_rows.prefetch(first_row[c.seq] + t + 4, h);
+                              v_rows.prefetch(first_row[c.seq] + t + 4, h);
+                            }
                             for (const bool value : {false, true}) {
                               const SlotCodec& codec = value ? v_codec_ : k_codec_;
                               if (!codec.spec().groups_tokens())
-                                codec.encode(rows_of(value).row(first_row[c.seq] + t, h, input.data()),
+                                codec.encode(rows_of(value).row(first_row[c.seq] + t, h, input),
                                              tile(page, layer, h, value), in_page);
                             }
                           }
@@ -365,6 +380,7 @@ void PagedStore::append(std::uint32_t layer, std::span<const SeqId> ids,
                                           group_rows.data());
                         }
                       }
+                      SlotCodec::finish_writes();
                     });
   // The rows of each sequence's last, incomplete group wait in fp16 (after the parallel part,
   // which may still have read earlier rows of the residual).

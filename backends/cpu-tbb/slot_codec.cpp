@@ -10,7 +10,7 @@
 namespace kvcache::cpu {
 namespace {
 
-#define KVCACHE_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+#define KVCACHE_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
 // GCC 12's AVX-512 headers warn about their own _mm*_undefined_* placeholders (GCC bug 105593).
 #pragma GCC diagnostic push
@@ -19,27 +19,60 @@ namespace {
 
 bool has_avx512() {
   static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl");
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   return yes;
 }
 
-// The seed's int8 scheme, 16 lanes at a time: a true division and round-half-even, like the
-// reference, so the bytes are identical.
-KVCACHE_AVX512 void encode_int8_avx512(const float* row, std::uint32_t d, std::byte* codes,
-                                       std::byte* meta) {
-  __m512 amax = _mm512_setzero_ps();
-  for (std::uint32_t i = 0; i < d; i += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(row + i)));
-  const float scale = std::max(_mm512_reduce_max_ps(amax) / 127.0f, 1e-8f);
-  std::memcpy(meta, &scale, sizeof(scale));
-  const __m512 vscale = _mm512_set1_ps(scale);
-  const __m512 lo = _mm512_set1_ps(-128.0f);
-  const __m512 hi = _mm512_set1_ps(127.0f);
-  for (std::uint32_t i = 0; i < d; i += 16) {
-    const __m512 q = _mm512_div_ps(_mm512_loadu_ps(row + i), vscale);
-    const __m512 r = _mm512_roundscale_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512i c = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(r, lo), hi));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm512_cvtsepi32_epi8(c));
+// round-half-even(RN(x / s)) for 16 lanes, equal to the reference's true division but mostly
+// without dividing. With r = RN(1/s), t = RN(x * r) is within 2^-23 |x/s| of x/s, and RN(x/s)
+// within 2^-24 |x/s|; codes stay below 2^8, so t and RN(x/s) are less than 2.3e-5 apart. When t
+// is farther than that from every half-integer, both round to the same integer (and RN(x/s)
+// cannot be a tie). Otherwise (about one lane in 10^4) the vector is divided exactly.
+KVCACHE_AVX512 __m512 round_quotient(__m512 x, __m512 s, __m512 r) {
+  const __m512 t = _mm512_mul_ps(x, r);
+  // vreduceps: t minus t rounded to an integer, in one instruction.
+  const __m512 rest = _mm512_abs_ps(_mm512_reduce_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  const __m512 q = _mm512_cmp_ps_mask(rest, _mm512_set1_ps(0.5f - 1e-4f), _CMP_GT_OQ) == 0 ? t : _mm512_div_ps(x, s);
+  return _mm512_roundscale_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+// Largest |x| of a row of d floats (d a multiple of 16), four independent chains.
+KVCACHE_AVX512 float max_abs_avx512(const float* row, std::uint32_t d) {
+  __m512 m[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (std::uint32_t i = 0; i < d; i += 16) m[(i / 16) % 4] = _mm512_max_ps(m[(i / 16) % 4], _mm512_abs_ps(_mm512_loadu_ps(row + i)));
+  return _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m[0], m[1]), _mm512_max_ps(m[2], m[3])));
+}
+
+// The seed's int8 scheme, byte-identical to the reference. The row stays in registers (V
+// vectors of 16); quotients come from round_quotient's reasoning, with one check per row and
+// a true division of the whole row in the rare case that any lane is near a tie. Codes are
+// written with streaming stores: they are not read again soon, and this saves reading each
+// destination line before writing it.
+template <int V>
+KVCACHE_AVX512 void encode_int8_rows(const float* row, std::uint32_t, std::byte* codes,
+                                     std::byte* meta) {
+  __m512 x[V];
+  __m512 m0 = _mm512_setzero_ps(), m1 = m0;
+  for (int i = 0; i < V; ++i) {
+    x[i] = _mm512_loadu_ps(row + 16 * i);
+    (i % 2 ? m1 : m0) = _mm512_max_ps(i % 2 ? m1 : m0, _mm512_abs_ps(x[i]));
   }
+  const float scale = std::max(_mm512_reduce_max_ps(_mm512_max_ps(m0, m1)) / 127.0f, 1e-8f);
+  std::memcpy(meta, &scale, sizeof(scale));
+  const __m512 reciprocal = _mm512_set1_ps(1.0f / scale);
+  __m512 t[V];
+  __mmask16 near_tie = 0;
+  for (int i = 0; i < V; ++i) {
+    t[i] = _mm512_mul_ps(x[i], reciprocal);
+    const __m512 rest = _mm512_abs_ps(_mm512_reduce_ps(t[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    near_tie |= _mm512_cmp_ps_mask(rest, _mm512_set1_ps(0.5f - 1e-4f), _CMP_GT_OQ);
+  }
+  if (near_tie != 0)
+    for (int i = 0; i < V; ++i) t[i] = _mm512_div_ps(x[i], _mm512_set1_ps(scale));
+  // |x / scale| <= 127.5, so the saturating narrowing is the reference's clamp; the conversion
+  // rounds half to even (the default rounding mode).
+  for (int i = 0; i < V; ++i)
+    _mm_stream_si128(reinterpret_cast<__m128i*>(codes + 16 * i), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(t[i])));
 }
 
 KVCACHE_AVX512 void encode_fp16_avx512(const float* row, std::uint32_t d, std::byte* codes,
@@ -71,9 +104,7 @@ KVCACHE_AVX512 void encode_bf16_avx512(const float* row, std::uint32_t d, std::b
 // binade from the exponent, round-half-even of the scaled mantissa) 16 lanes at a time.
 KVCACHE_AVX512 void encode_fp8_avx512(const float* row, std::uint32_t d, std::byte* codes,
                                       std::byte* meta) {
-  __m512 amax = _mm512_setzero_ps();
-  for (std::uint32_t i = 0; i < d; i += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(row + i)));
-  const float scale = std::max(_mm512_reduce_max_ps(amax) / kFp8E4M3Max, 1e-12f);
+  const float scale = std::max(max_abs_avx512(row, d) / kFp8E4M3Max, 1e-12f);
   std::memcpy(meta, &scale, sizeof(scale));
   const __m512 vscale = _mm512_set1_ps(scale);
   for (std::uint32_t i = 0; i < d; i += 16) {
@@ -113,12 +144,12 @@ KVCACHE_AVX512 void encode_int4_avx512(const float* row, std::uint32_t d, std::u
     std::memcpy(meta + start / group * 4, &scale16, 2);
     std::memcpy(meta + start / group * 4 + 2, &min16, 2);
     const float scale = float_from_fp16(scale16), minimum = float_from_fp16(min16);
+    const __m512 vscale = _mm512_set1_ps(scale), reciprocal = _mm512_set1_ps(1.0f / scale);
     for (std::uint32_t i = start; i < start + group; i += 16) {
       __m512i q = _mm512_setzero_si512();
       if (scale > 0.0f) {
-        const __m512 r = _mm512_roundscale_ps(
-            _mm512_div_ps(_mm512_sub_ps(_mm512_loadu_ps(row + i), _mm512_set1_ps(minimum)), _mm512_set1_ps(scale)),
-            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m512 r = round_quotient(_mm512_sub_ps(_mm512_loadu_ps(row + i), _mm512_set1_ps(minimum)),
+                                        vscale, reciprocal);
         q = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(r, _mm512_setzero_ps()), _mm512_set1_ps(15.0f)));
       }
       const __m128i bytes = _mm512_cvtepi32_epi8(q);  // 16 codes, one per byte
@@ -138,7 +169,8 @@ SlotCodec::SlotCodec(const FormatSpec& spec, std::uint32_t head_dim, std::uint32
   if (layout_.slot_code_bytes == 0)
     throw Error(Code::unsupported, "format " + spec.name() + " has no per-slot layout");
   if (has_avx512() && head_dim % 16 == 0) {
-    if (spec.kind == FormatKind::int8_per_token) fast_encode_ = &encode_int8_avx512;
+    if (spec.kind == FormatKind::int8_per_token && head_dim == 128) fast_encode_ = &encode_int8_rows<8>;
+    if (spec.kind == FormatKind::int8_per_token && head_dim == 64) fast_encode_ = &encode_int8_rows<4>;
     if (spec.kind == FormatKind::fp16) fast_encode_ = &encode_fp16_avx512;
     if (spec.kind == FormatKind::bf16) fast_encode_ = &encode_bf16_avx512;
     if (spec.kind == FormatKind::fp8_e4m3) fast_encode_ = &encode_fp8_avx512;
@@ -156,6 +188,8 @@ void SlotCodec::encode(const float* row, std::byte* tile, std::uint32_t slot) co
                       meta(tile, slot));
   }
 }
+
+void SlotCodec::finish_writes() { _mm_sfence(); }
 
 void SlotCodec::encode_group(const float* rows, std::byte* tile, std::uint32_t first_slot) const {
   reference::encode_group(spec_, std::span<const float>(rows, std::size_t{spec_.group} * head_dim_),

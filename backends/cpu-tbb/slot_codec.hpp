@@ -20,6 +20,8 @@ class SlotCodec {
 
   // Per-slot formats only.
   void encode(const float* row, std::byte* tile, std::uint32_t slot) const;
+  // Makes this thread's encodes visible to other threads (some kernels use streaming stores).
+  static void finish_writes();
   // Formats that group tokens (kivi-k): rows[group][head_dim] into the group of `first_slot`.
   void encode_group(const float* rows, std::byte* tile, std::uint32_t first_slot) const;
   void decode(const std::byte* tile, std::uint32_t slot, float* row) const;
