@@ -15,8 +15,9 @@ std::string shape_of(const DLTensor& t) {
 
 void check_layout(const DLTensor& t, std::uint64_t rows, std::uint32_t heads, std::uint32_t dim,
                   const char* name) {
-  const std::string expected =
-      "[" + std::to_string(rows) + ", " + std::to_string(heads) + ", " + std::to_string(dim) + "]";
+  // Built by appending: GCC 12 warns falsely (-Wrestrict) on "literal" + std::string&&.
+  std::string expected = "[";
+  expected += std::to_string(rows) + ", " + std::to_string(heads) + ", " + std::to_string(dim) + "]";
   if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost)
     throw Error(Code::invalid_argument, std::string(name) + " must be in host memory");
   if (t.data == nullptr && rows > 0) throw Error(Code::invalid_argument, std::string(name) + " has no data");
