@@ -6,6 +6,7 @@
 #include <string>
 #include <thread>
 
+#include "cpu_attention.hpp"
 #include "paged_store.hpp"
 
 namespace kvcache::cpu {
@@ -36,5 +37,11 @@ std::vector<DeviceInfo> CpuBackend::devices() const {
 std::unique_ptr<CacheStore> CpuBackend::create_store(const StoreSpec& spec) {
   return std::make_unique<PagedStore>(spec);
 }
+
+}  // namespace kvcache::cpu
+
+namespace kvcache::cpu {
+
+std::unique_ptr<Attention> CpuBackend::create_attention() { return std::make_unique<CpuAttention>(); }
 
 }  // namespace kvcache::cpu

@@ -11,6 +11,7 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(const sdk::Options& options);
   std::vector<DeviceInfo> devices() const override;
   std::unique_ptr<CacheStore> create_store(const StoreSpec& spec) override;
+  std::unique_ptr<Attention> create_attention() override;
 };
 
 }  // namespace kvcache::cpu

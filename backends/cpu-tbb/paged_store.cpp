@@ -75,6 +75,7 @@ PagedStore::PagedStore(const StoreSpec& spec)
                         std::memset(memory_.get() + b * block, fill, std::min(block, total - b * block));
                     });
   positions_ = std::make_unique<Position[]>(std::size_t{pages} * page_size_);
+  scores_ = std::make_unique<float[]>(std::size_t{pages} * page_size_);
   fill_.assign(pages, 0);
 }
 
@@ -105,6 +106,7 @@ PageId PagedStore::take_page() {
   if (pool_.free_count() == 0) prefix_.forget(pool_.evict_oldest_cached());
   const PageId page = pool_.allocate();
   fill_[page] = 0;
+  std::fill_n(scores_of(page), page_size_, 0.0f);
   if (spec_.poison_unused) poison_slots(page, 0);
   return page;
 }
@@ -140,6 +142,7 @@ void PagedStore::copy_page(PageId from, PageId to) {
     }
   }
   std::copy_n(slot_positions(from), page_size_, slot_positions(to));
+  std::copy_n(scores_of(from), page_size_, scores_of(to));
   fill_[to] = fill_[from];
 }
 
@@ -151,6 +154,7 @@ void PagedStore::copy_slot(PageId from, std::uint32_t from_slot, PageId to, std:
     }
   }
   slot_positions(to)[to_slot] = slot_positions(from)[from_slot];
+  scores_of(to)[to_slot] = scores_of(from)[from_slot];
 }
 
 void PagedStore::make_private(Sequence& s, std::size_t i) {
@@ -482,6 +486,21 @@ std::vector<Position> PagedStore::positions(SeqId id) const {
   for (std::uint64_t slot = 0; slot < s.length; ++slot)
     out[slot] = slot_positions(s.pages[slot / page_size_])[slot % page_size_];
   return out;
+}
+
+std::vector<float> PagedStore::scores(SeqId id) const {
+  std::shared_lock lock(mutex_);
+  const Sequence& s = find(id);
+  std::vector<float> out(s.length);
+  for (std::uint64_t slot = 0; slot < s.length; ++slot)
+    out[slot] = scores_of(s.pages[slot / page_size_])[slot % page_size_];
+  return out;
+}
+
+PagedStore::LayerView PagedStore::view(SeqId id, std::uint32_t layer) const {
+  const Sequence& s = find(id);
+  if (layer >= spec_.model.layers) throw Error(Code::invalid_argument, "layer out of range");
+  return {s.pages.data(), s.written[layer]};
 }
 
 void PagedStore::publish_prefix(SeqId id, std::span<const std::int32_t> token_ids) {

@@ -45,6 +45,28 @@ class PagedStore final : public CacheStore {
   void gather(std::uint32_t layer, SeqId sequence, DLTensor& k, DLTensor& v) const override;
   std::vector<std::byte> read_tile(std::uint32_t page, std::uint32_t layer, std::uint32_t kv_head,
                                    bool value) const override;
+  std::vector<float> scores(SeqId sequence) const override;
+
+  // What attention kernels read, valid while `lock_shared()` is held.
+  struct LayerView {
+    const PageId* pages = nullptr;
+    std::uint64_t written = 0;  // slots of the layer that hold K and V
+  };
+  std::shared_lock<std::shared_mutex> lock_shared() const { return std::shared_lock(mutex_); }
+  LayerView view(SeqId sequence, std::uint32_t layer) const;
+  const StoreSpec& spec() const { return spec_; }
+  std::uint32_t page_size() const { return page_size_; }
+  const SlotCodec& codec(bool value) const { return value ? v_codec_ : k_codec_; }
+  const std::byte* tile_of(PageId page, std::uint32_t layer, std::uint32_t head, bool value) const {
+    return tile(page, layer, head, value);
+  }
+  const Position* positions_of(PageId page) const { return slot_positions(page); }
+  float* scores_of(PageId page) const { return scores_.get() + std::size_t{page} * page_size_; }
+  // One K or V row of a written slot as float32 (from the residual group where it waits).
+  void decode_row(SeqId sequence, std::uint32_t layer, std::uint32_t head, bool value,
+                  std::uint64_t slot, float* row) const {
+    read_row(find(sequence), layer, head, value, slot, row);
+  }
 
  private:
   struct Sequence {
@@ -94,6 +116,7 @@ class PagedStore final : public CacheStore {
   std::size_t k_pool_bytes_ = 0;
   std::unique_ptr<std::byte, void (*)(void*)> memory_;
   std::unique_ptr<Position[]> positions_;
+  std::unique_ptr<float[]> scores_;  // accumulated attention weight per slot
   std::vector<std::uint32_t> fill_;  // occupied slots per page
   PagePool pool_;
   PrefixIndex prefix_;

@@ -160,6 +160,29 @@ KVCACHE_AVX512 void encode_int4_avx512(const float* row, std::uint32_t d, std::u
   }
 }
 
+KVCACHE_AVX512 void decode_fp16_avx512(const std::byte* codes, std::uint32_t values, float* out) {
+  for (std::uint32_t i = 0; i < values; i += 16)
+    _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 2 * i))));
+}
+
+KVCACHE_AVX512 void decode_bf16_avx512(const std::byte* codes, std::uint32_t values, float* out) {
+  for (std::uint32_t i = 0; i < values; i += 16) {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 2 * i)));
+    _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+  }
+}
+
+KVCACHE_AVX512 void decode_int8_avx512(const std::byte* codes, const std::byte* meta,
+                                       std::uint32_t d, float* out) {
+  float scale;
+  std::memcpy(&scale, meta, sizeof(scale));
+  const __m512 s = _mm512_set1_ps(scale);
+  for (std::uint32_t i = 0; i < d; i += 16) {
+    const __m512i c = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)));
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_cvtepi32_ps(c), s));
+  }
+}
+
 #pragma GCC diagnostic pop
 
 }  // namespace
@@ -186,6 +209,25 @@ void SlotCodec::encode(const float* row, std::byte* tile, std::uint32_t slot) co
   } else {
     reference::encode(spec_, std::span<const float>(row, head_dim_), codes(tile, slot),
                       meta(tile, slot));
+  }
+}
+
+void SlotCodec::decode_rows(const std::byte* tile, std::uint32_t first_slot, std::uint32_t n,
+                            float* rows) const {
+  const bool vector = has_avx512() && head_dim_ % 16 == 0;
+  const std::size_t values = std::size_t{n} * head_dim_;
+  if (spec_.kind == FormatKind::fp32) {
+    std::memcpy(rows, codes(tile, first_slot), values * sizeof(float));
+  } else if (vector && spec_.kind == FormatKind::fp16) {
+    decode_fp16_avx512(codes(tile, first_slot), static_cast<std::uint32_t>(values), rows);
+  } else if (vector && spec_.kind == FormatKind::bf16) {
+    decode_bf16_avx512(codes(tile, first_slot), static_cast<std::uint32_t>(values), rows);
+  } else if (vector && spec_.kind == FormatKind::int8_per_token) {
+    for (std::uint32_t j = 0; j < n; ++j)
+      decode_int8_avx512(codes(tile, first_slot + j), meta(tile, first_slot + j), head_dim_,
+                         rows + std::size_t{j} * head_dim_);
+  } else {
+    for (std::uint32_t j = 0; j < n; ++j) decode(tile, first_slot + j, rows + std::size_t{j} * head_dim_);
   }
 }
 

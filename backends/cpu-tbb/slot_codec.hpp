@@ -25,6 +25,9 @@ class SlotCodec {
   // Formats that group tokens (kivi-k): rows[group][head_dim] into the group of `first_slot`.
   void encode_group(const float* rows, std::byte* tile, std::uint32_t first_slot) const;
   void decode(const std::byte* tile, std::uint32_t slot, float* row) const;
+  // Decodes n consecutive slots into rows[n][head_dim] (AVX-512 for the common formats).
+  void decode_rows(const std::byte* tile, std::uint32_t first_slot, std::uint32_t n,
+                   float* rows) const;
   // Per-slot formats only.
   void copy_slot(const std::byte* from_tile, std::uint32_t from_slot, std::byte* to_tile,
                  std::uint32_t to_slot) const {

@@ -126,6 +126,9 @@ class TestBackend final : public Backend {
     throw Error(Code::unsupported, "test backend keeps no cache (page_size " +
                                        std::to_string(spec.page_size) + " asked)");
   }
+  std::unique_ptr<Attention> create_attention() override {
+    throw Error(Code::unsupported, "test backend has no attention");
+  }
 
  private:
   int count_;
@@ -138,6 +141,9 @@ class OfflineBackend final : public Backend {
   static sdk::Availability availability() { return {false, "no test accelerator attached"}; }
   std::vector<DeviceInfo> devices() const override { return {}; }
   std::unique_ptr<CacheStore> create_store(const StoreSpec&) override {
+    throw Error(Code::unavailable, "no test accelerator attached");
+  }
+  std::unique_ptr<Attention> create_attention() override {
     throw Error(Code::unavailable, "no test accelerator attached");
   }
 };

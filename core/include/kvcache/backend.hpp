@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kvcache/attention.hpp"
 #include "kvcache/cache_store.hpp"
 
 namespace kvcache {
@@ -25,6 +26,8 @@ class Backend {
   virtual std::vector<DeviceInfo> devices() const = 0;
   // A store whose pools are allocated once, here, from spec.capacity_bytes.
   virtual std::unique_ptr<CacheStore> create_store(const StoreSpec& spec) = 0;
+  // Attention over this backend's stores.
+  virtual std::unique_ptr<Attention> create_attention() = 0;
 };
 
 }  // namespace kvcache

@@ -128,6 +128,8 @@ class CacheStore {
   // Slots of `layer` written so far.
   virtual std::uint64_t written(SeqId sequence, std::uint32_t layer) const = 0;
   virtual std::vector<Position> positions(SeqId sequence) const = 0;
+  // Accumulated attention weight of each held token (see AttentionRequest::accumulate_scores).
+  virtual std::vector<float> scores(SeqId sequence) const = 0;
 
   // Prefix cache. publish() offers the sequence's full pages, keyed by a hash chain over
   // token_ids (token_ids[i] is the token at position i). match() attaches to an empty sequence

@@ -284,7 +284,38 @@ typedef struct kvc_store_table {
   int32_t (*read_tile)(void* store, uint32_t page, uint32_t layer, uint32_t kv_head,
                        uint32_t value, void* out, uint64_t capacity, uint64_t* size,
                        kvc_error* err);
+  /* Writes min(capacity, length) scores; *count = the sequence's length. */
+  int32_t (*scores)(void* store, uint64_t sequence, float* out, uint64_t capacity,
+                    uint64_t* count, kvc_error* err);
 } kvc_store_table;
+
+/* ---- attention ---------------------------------------------------------------------------- */
+
+/* See kvcache/attention.hpp. query_counts is NULL for decode (one query per sequence). */
+typedef struct kvc_attention_args {
+  uint32_t struct_size;
+  uint32_t layer;
+  const uint64_t* sequences;
+  uint64_t n_sequences;
+  const uint32_t* query_counts;
+  const DLTensor* q;
+  DLTensor* out;
+  const kvc_range* ranges;
+  const uint32_t* range_counts;
+  uint64_t n_queries;
+  uint32_t max_ranges;
+  float scale;
+  uint32_t accumulate_scores;
+  uint32_t reserved;
+} kvc_attention_args;
+
+typedef struct kvc_attention_table {
+  uint32_t struct_size;
+  void (*destroy)(void* attention);
+  /* store: a store made by the same plugin's backend. */
+  int32_t (*decode)(void* attention, void* store, const kvc_attention_args* args, kvc_error* err);
+  int32_t (*prefill)(void* attention, void* store, const kvc_attention_args* args, kvc_error* err);
+} kvc_attention_table;
 
 /* ---- backends ----------------------------------------------------------------------------- */
 
@@ -305,6 +336,9 @@ typedef struct kvc_backend_table {
   /* spec_json: see kvcache::StoreSpec. The store is freed by (*table)->destroy. */
   int32_t (*create_store)(void* instance, const char* spec_json, const kvc_store_table** table,
                           void** store, kvc_error* err);
+  /* The attention is freed by (*table)->destroy. */
+  int32_t (*create_attention)(void* instance, const kvc_attention_table** table, void** attention,
+                              kvc_error* err);
 } kvc_backend_table;
 
 #ifdef __cplusplus

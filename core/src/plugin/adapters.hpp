@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "kvcache/attention.hpp"
 #include "kvcache/backend.hpp"
 #include "kvcache/cache_store.hpp"
 #include "kvcache/eviction.hpp"
@@ -34,6 +35,13 @@ std::unique_ptr<Backend> make_backend(std::shared_ptr<const PluginLibrary> libra
 std::unique_ptr<CacheStore> make_store(std::shared_ptr<const PluginLibrary> library,
                                        const kvc_store_table* table, void* store,
                                        const std::string& who);
+
+// The raw handle of a store made by `library`'s backend; Error(invalid_argument) otherwise.
+void* store_handle(CacheStore& store, const PluginLibrary& library);
+
+std::unique_ptr<Attention> make_attention(std::shared_ptr<const PluginLibrary> library,
+                                          const kvc_attention_table* table, void* attention,
+                                          const std::string& who);
 
 // Creates the raw plugin object of a table with the common instance header.
 template <class Table>

@@ -42,6 +42,19 @@ class HostBackend final : public Backend {
     return make_store(instance_->library(), table, store, instance_->who() + " store");
   }
 
+  std::unique_ptr<Attention> create_attention() override {
+    const kvc_attention_table* table = nullptr;
+    void* attention = nullptr;
+    instance_->call(&kvc_backend_table::create_attention, &table, &attention);
+    if (table == nullptr || attention == nullptr)
+      throw Error(Code::internal, instance_->who() + ": create_attention returned nothing");
+    if (table->struct_size < sizeof(kvc_attention_table)) {
+      table->destroy(attention);
+      throw Error(Code::internal, instance_->who() + ": attention table is too small for ABI 1.0");
+    }
+    return make_attention(instance_->library(), table, attention, instance_->who() + " attention");
+  }
+
  private:
   std::unique_ptr<PluginInstance<kvc_backend_table>> instance_;
 };

@@ -42,6 +42,7 @@ class PluginInstance {
   }
   const Table& table() const { return *table_; }
   const std::shared_ptr<const PluginLibrary>& library() const { return library_; }
+  void* handle() const { return handle_; }
   const std::string& who() const { return who_; }
 
  private:

@@ -100,6 +100,19 @@ class HostStore final : public CacheStore {
   void gather(std::uint32_t layer, SeqId id, DLTensor& k, DLTensor& v) const override {
     s_->call(&kvc_store_table::gather, layer, id, &k, &v);
   }
+  std::vector<float> scores(SeqId id) const override {
+    std::vector<float> out(length(id));
+    uint64_t count = 0;
+    s_->call(&kvc_store_table::scores, id, out.data(), uint64_t{out.size()}, &count);
+    out.resize(std::min<uint64_t>(count, out.size()));
+    return out;
+  }
+  // The plugin's own handle, for a call that passes this store back to the same plugin.
+  void* handle_for(const PluginLibrary& library) const {
+    if (s_->library().get() != &library)
+      throw Error(Code::invalid_argument, s_->who() + " belongs to another plugin");
+    return s_->handle();
+  }
   std::vector<std::byte> read_tile(std::uint32_t page, std::uint32_t layer, std::uint32_t head,
                                    bool value) const override {
     std::vector<std::byte> tile;
@@ -120,6 +133,13 @@ class HostStore final : public CacheStore {
 };
 
 }  // namespace
+
+void* store_handle(CacheStore& store, const PluginLibrary& library) {
+  auto* host = dynamic_cast<HostStore*>(&store);
+  if (host == nullptr)
+    throw Error(Code::invalid_argument, "this store was not made by a plugin backend");
+  return host->handle_for(library);
+}
 
 std::unique_ptr<CacheStore> make_store(std::shared_ptr<const PluginLibrary> library,
                                        const kvc_store_table* table, void* store,

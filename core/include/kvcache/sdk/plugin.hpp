@@ -29,6 +29,7 @@
 #include "kvcache/mask.hpp"
 #include "kvcache/plugin_abi.h"
 #include "kvcache/quantizer.hpp"
+#include "kvcache/sdk/attention_thunks.hpp"
 #include "kvcache/sdk/c_types.hpp"
 #include "kvcache/sdk/guard.hpp"
 #include "kvcache/sdk/options.hpp"
@@ -238,8 +239,18 @@ struct BackendThunks {
       *store = made.release();
     });
   }
+  static int32_t create_attention(void* instance, const kvc_attention_table** table,
+                                  void** attention, kvc_error* err) noexcept {
+    return guard(err, [&] {
+      std::unique_ptr<Attention> made = self<T>(instance).create_attention();
+      if (!made) throw Error(Code::internal, "create_attention returned no attention");
+      *table = &AttentionThunks::table;
+      *attention = made.release();
+    });
+  }
   static constexpr kvc_backend_table table{sizeof(kvc_backend_table), &create<T>, &destroy<T>,
-                                           &device_count, &device_info, &create_store};
+                                           &device_count, &device_info, &create_store,
+                                           &create_attention};
 };
 
 // The thunks and kind of a component class, by the interface it implements.

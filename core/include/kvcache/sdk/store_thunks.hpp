@@ -116,11 +116,20 @@ struct StoreThunks {
     });
   }
 
+  static int32_t scores(void* s, uint64_t id, float* out, uint64_t capacity, uint64_t* count,
+                        kvc_error* err) noexcept {
+    return guard(err, [&] {
+      const std::vector<float> v = store(s).scores(id);
+      std::copy_n(v.begin(), std::min<std::size_t>(capacity, v.size()), out);
+      *count = v.size();
+    });
+  }
+
   static constexpr kvc_store_table table{
       sizeof(kvc_store_table), &destroy,        &info,           &stats,          &create_sequence,
       &release,                &fork,           &reserve,        &append,         &drop,
       &length,                 &written,        &positions,      &publish_prefix, &match_prefix,
-      &evict_cached,           &page_table,     &gather,         &read_tile};
+      &evict_cached,           &page_table,     &gather,         &read_tile,      &scores};
 };
 
 }  // namespace kvcache::sdk::detail

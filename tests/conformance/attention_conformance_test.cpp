@@ -1,0 +1,243 @@
+// Every backend's attention against the reference, through the real loader: every format x
+// MHA/GQA/MQA x masks (causal, sliding window, sinks + window) x page sizes 8..64, ragged
+// lengths, decode and prefill, compacted sequences, long sequences split across threads, and
+// accumulated scores. Unused slots hold NaN, so a read of padding would show.
+#include <cmath>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kvcache/formats.hpp"
+#include "kvcache/reference_attention.hpp"
+#include "store_fixture.hpp"
+
+namespace kvcache::conformance {
+namespace {
+
+struct Heads {
+  std::uint32_t q, kv;
+};
+
+struct AttentionCase {
+  std::string backend;
+  std::string format;
+  Heads heads;
+  std::uint32_t page_size;
+};
+
+void PrintTo(const AttentionCase& c, std::ostream* os) {
+  *os << c.backend << " " << c.format << " q" << c.heads.q << "/kv" << c.heads.kv << " page " << c.page_size;
+}
+
+std::vector<AttentionCase> attention_cases() {
+  std::vector<AttentionCase> cases;
+  for (const std::string& backend : backend_names())
+    for (const std::string& f : format_names())
+      for (const Heads h : {Heads{8, 8}, Heads{8, 2}, Heads{8, 1}})
+        for (const std::uint32_t p : {8u, 16u, 32u, 64u}) cases.push_back({backend, f, h, p});
+  return cases;
+}
+
+std::string case_name(const ::testing::TestParamInfo<AttentionCase>& info) {
+  std::string n = info.param.backend + "_" + info.param.format + "_q" + std::to_string(info.param.heads.q) +
+                  "kv" + std::to_string(info.param.heads.kv) + "_p" + std::to_string(info.param.page_size);
+  for (char& c : n)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return n;
+}
+
+// Error allowed against attention over the original float32 K/V (the format's own loss).
+double format_tolerance(const std::string& format) {
+  if (format == "fp32" || format == "fp16") return 2e-3;
+  if (format == "bf16") return 1e-2;
+  if (format == "int8-per-token") return 3e-2;
+  if (format == "fp8-e4m3") return 0.15;
+  return 0.35;  // 4-bit and 2-bit codes
+}
+
+class AttentionConformance : public ::testing::TestWithParam<AttentionCase> {
+ protected:
+  static constexpr std::uint32_t kDim = 64;
+  static constexpr std::uint32_t kLayers = 2;
+
+  void SetUp() override {
+    StoreSpec spec;
+    spec.model = {kLayers, GetParam().heads.q, GetParam().heads.kv, kDim};
+    spec.page_size = GetParam().page_size;
+    spec.k_format = spec.v_format = GetParam().format;
+    if (GetParam().format == "kivi-k") spec.k_options = spec.v_options = {{"group", 8}};
+    spec.capacity_bytes = 64ull << 20;
+    spec.poison_unused = true;
+    store_ = open_store(GetParam().backend, spec);
+    if (!store_) GTEST_SKIP() << "backend " << GetParam().backend << " unavailable: " << unavailable_reason(GetParam().backend);
+    attention_ = registry().create_backend(GetParam().backend)->create_attention();
+  }
+
+  std::uint32_t row_floats() const { return GetParam().heads.kv * kDim; }
+
+  // Appends n random tokens to each sequence for every layer; remembers the float32 K/V.
+  void append(const std::vector<SeqId>& ids, std::uint32_t n) {
+    store_->reserve(ids, std::vector<std::uint32_t>(ids.size(), n));
+    for (std::uint32_t layer = 0; layer < kLayers; ++layer) {
+      std::vector<float> k(ids.size() * n * row_floats()), v(k.size());
+      for (float& x : k) x = normal_(rng_);
+      for (float& x : v) x = normal_(rng_);
+      std::int64_t shape[3] = {static_cast<std::int64_t>(ids.size() * n), GetParam().heads.kv, kDim};
+      store_->append(layer, ids, std::vector<std::uint32_t>(ids.size(), n), tensor(k.data(), shape),
+                     tensor(v.data(), shape));
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        auto& mk = original_k_[{ids[i], layer}];
+        auto& mv = original_v_[{ids[i], layer}];
+        mk.insert(mk.end(), k.begin() + i * n * row_floats(), k.begin() + (i + 1) * n * row_floats());
+        mv.insert(mv.end(), v.begin() + i * n * row_floats(), v.begin() + (i + 1) * n * row_floats());
+      }
+    }
+  }
+
+  // What the mask says for a query at `pos`.
+  static std::vector<PositionRange> ranges_for(const AttentionMask& mask, Position pos) {
+    std::vector<PositionRange> r(mask.describe().max_ranges);
+    std::vector<std::uint32_t> count(1);
+    mask.visible(std::vector<Position>{pos}, r, count);
+    r.resize(count[0]);
+    return r;
+  }
+
+  // Checks queries of sequences against the reference over the stored (decoded) K/V, and over
+  // the original float32 K/V within the format's tolerance.
+  void check(const std::string& mask_name, const nlohmann::json& mask_options, std::uint32_t layer,
+             const std::vector<SeqId>& ids, const std::vector<std::uint32_t>& query_counts, bool scores) {
+    const auto mask = registry().create_mask(mask_name, mask_options);
+    const std::uint32_t qh = GetParam().heads.q, kvh = GetParam().heads.kv;
+    const bool prefill = !query_counts.empty();
+    std::vector<std::uint32_t> per_seq = prefill ? query_counts : std::vector<std::uint32_t>(ids.size(), 1);
+    std::uint64_t queries = 0;
+    for (std::uint32_t c : per_seq) queries += c;
+    std::vector<float> q(queries * qh * kDim), out(q.size(), NAN);
+    for (float& x : q) x = normal_(rng_);
+    const std::uint32_t max_ranges = mask->describe().max_ranges;
+    std::vector<PositionRange> ranges(queries * max_ranges);
+    std::vector<std::uint32_t> counts(queries);
+    std::vector<std::vector<Position>> positions;
+    std::uint64_t qi = 0;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      positions.push_back(store_->positions(ids[i]));
+      for (std::uint32_t j = 0; j < per_seq[i]; ++j, ++qi) {
+        const Position pos = positions[i][positions[i].size() - per_seq[i] + j];
+        const auto r = ranges_for(*mask, pos);
+        counts[qi] = static_cast<std::uint32_t>(r.size());
+        std::copy(r.begin(), r.end(), ranges.begin() + qi * max_ranges);
+      }
+    }
+    std::vector<std::vector<float>> scores_before;
+    for (SeqId id : ids) scores_before.push_back(store_->scores(id));
+    std::int64_t shape[3] = {static_cast<std::int64_t>(queries), qh, kDim};
+    DLTensor qt = tensor(q.data(), shape), ot = tensor(out.data(), shape);
+    AttentionRequest request;
+    request.layer = layer;
+    request.sequences = ids;
+    request.query_counts = prefill ? std::span<const std::uint32_t>(query_counts) : std::span<const std::uint32_t>();
+    request.q = &qt;
+    request.out = &ot;
+    request.visible = {ranges, counts, max_ranges};
+    request.accumulate_scores = scores;
+    prefill ? attention_->prefill(*store_, request) : attention_->decode(*store_, request);
+
+    const reference::AttentionShape rs{qh, kvh, kDim};
+    const float scale = 1.0f / std::sqrt(static_cast<float>(kDim));
+    qi = 0;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const std::size_t n = positions[i].size();
+      std::vector<float> k(n * row_floats()), v(k.size());
+      std::int64_t kv_shape[3] = {static_cast<std::int64_t>(n), kvh, kDim};
+      DLTensor kt = tensor(k.data(), kv_shape), vt = tensor(v.data(), kv_shape);
+      store_->gather(layer, ids[i], kt, vt);
+      std::vector<float> weights(n, 0.0f);
+      for (std::uint32_t j = 0; j < per_seq[i]; ++j, ++qi) {
+        const std::span<const PositionRange> r(ranges.data() + qi * max_ranges, counts[qi]);
+        const std::span<const float> qrow(q.data() + qi * qh * kDim, qh * kDim);
+        std::vector<float> want(qh * kDim), loose(qh * kDim);
+        reference::attention(rs, qrow, k, v, positions[i], r, scale, want, weights);
+        const auto& ok = original_k_[{ids[i], layer}];
+        const auto& ov = original_v_[{ids[i], layer}];
+        if (ok.size() == k.size()) reference::attention(rs, qrow, ok, ov, positions[i], r, scale, loose);
+        for (std::size_t e = 0; e < want.size(); ++e) {
+          const float got = out[qi * qh * kDim + e];
+          ASSERT_NEAR(got, want[e], 1e-3 + 1e-3 * std::fabs(want[e]))
+              << mask_name << " seq " << i << " query " << j << " element " << e;
+          if (ok.size() == k.size()) {
+            ASSERT_NEAR(got, loose[e], format_tolerance(GetParam().format)) << mask_name;
+          }
+        }
+      }
+      if (scores) {
+        const std::vector<float> after = store_->scores(ids[i]);
+        for (std::size_t t = 0; t < n; ++t)
+          ASSERT_NEAR(after[t] - scores_before[i][t], weights[t], 1e-4 + 1e-3 * weights[t]) << "score of slot " << t;
+      }
+    }
+  }
+
+  const std::vector<std::pair<std::string, nlohmann::json>> masks_ = {
+      {"causal", nlohmann::json::object()},
+      {"sliding-window", {{"window", 13}}},
+      {"sink-window", {{"sinks", 4}, {"window", 20}}},
+  };
+  std::unique_ptr<CacheStore> store_;
+  std::unique_ptr<Attention> attention_;
+  std::mt19937 rng_{77};
+  std::normal_distribution<float> normal_;
+  std::map<std::pair<SeqId, std::uint32_t>, std::vector<float>> original_k_, original_v_;
+};
+
+TEST_P(AttentionConformance, DecodeRaggedBatch) {
+  const SeqId a = store_->create_sequence(), b = store_->create_sequence(), c = store_->create_sequence();
+  append({a}, 1);
+  append({b}, 37);
+  append({c}, 150);
+  append({a, b, c}, 1);  // the decode step's own token
+  for (const auto& [name, options] : masks_) check(name, options, 1, {a, b, c}, {}, false);
+}
+
+TEST_P(AttentionConformance, PrefillChunksSeeTheirOwnTokensCausally) {
+  const SeqId a = store_->create_sequence(), b = store_->create_sequence();
+  append({a}, 20);
+  append({a, b}, 24);  // a chunk for both; b's is its whole prompt
+  for (const auto& [name, options] : masks_) check(name, options, 0, {a, b}, {24, 24}, false);
+}
+
+TEST_P(AttentionConformance, AccumulatedScoresEqualTheReferenceWeights) {
+  const SeqId a = store_->create_sequence(), b = store_->create_sequence();
+  append({a, b}, 45);
+  check("sink-window", {{"sinks", 2}, {"window", 16}}, 1, {a, b}, {}, true);
+  check("causal", nlohmann::json::object(), 1, {a, b}, {}, true);  // adds up
+}
+
+TEST_P(AttentionConformance, LongSequenceSplitAcrossThreads) {
+  const SeqId a = store_->create_sequence();
+  append({a}, 1800);
+  check("causal", nlohmann::json::object(), 0, {a}, {}, true);
+  check("sink-window", {{"sinks", 4}, {"window", 700}}, 0, {a}, {}, false);
+}
+
+TEST_P(AttentionConformance, CompactedSequenceUsesLogicalPositions) {
+  if (parse_format(GetParam().format, GetParam().format == "kivi-k" ? nlohmann::json{{"group", 8}} : nlohmann::json::object())
+          .groups_tokens())
+    GTEST_SKIP() << GetParam().format << " cannot drop tokens one by one";
+  const SeqId a = store_->create_sequence();
+  append({a}, 60);
+  store_->drop(a, std::vector<PositionRange>{{5, 25}});
+  original_k_.clear();  // the float32 copies no longer line up with the slots
+  original_v_.clear();
+  append({a}, 1);
+  for (const auto& [name, options] : masks_) check(name, options, 1, {a}, {}, false);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, AttentionConformance, ::testing::ValuesIn(attention_cases()), case_name);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(AttentionConformance);
+
+}  // namespace
+}  // namespace kvcache::conformance
