@@ -176,9 +176,14 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
                                              ? view.written / codec.spec().group * codec.spec().group
                                              : view.written;
           const std::uint64_t split = std::clamp(complete, b, e);
+          // The tile two pages ahead starts arriving now (one page ahead is already on its way).
+          const std::uint64_t ahead_slot = (b / page + 2) * page;
+          const std::byte* ahead = ahead_slot < s.end
+                                       ? store->tile_of(view.pages[ahead_slot / page], r.layer, item.kv_head, value)
+                                       : nullptr;
           if (split > b)
             codec.decode_rows(store->tile_of(p, r.layer, item.kv_head, value), static_cast<std::uint32_t>(b % page),
-                              static_cast<std::uint32_t>(split - b), rows);
+                              static_cast<std::uint32_t>(split - b), rows, ahead, codec.layout().tile_bytes);
           for (std::uint64_t slot = split; slot < e; ++slot)
             store->decode_row(r.sequences[seq], r.layer, item.kv_head, value, slot, rows + (slot - b) * dim);
         }
@@ -190,7 +195,8 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
 
   std::vector<SoftmaxState> partial(items.size(), SoftmaxState(group, dim));
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, items.size()), [&](const tbb::blocked_range<std::size_t>& range) {
-    std::vector<float> k(std::size_t{page} * dim), v(k.size()), logits(std::size_t{group} * page);
+    // Blocks are padded to whole groups of 16 rows (see attend_block).
+    std::vector<float> k(std::size_t{(page + 15) / 16 * 16} * dim), v(k.size()), logits(std::size_t{group} * page);
     for (std::size_t it = range.begin(); it != range.end(); ++it) {
       const Item& item = items[it];
       const float* qg = q.data() + (item.query * heads + std::size_t{item.kv_head} * group) * dim;

@@ -160,20 +160,24 @@ KVCACHE_AVX512 void encode_int4_avx512(const float* row, std::uint32_t d, std::u
   }
 }
 
-KVCACHE_AVX512 void decode_fp16_avx512(const std::byte* codes, std::uint32_t values, float* out) {
+KVCACHE_AVX512 void decode_fp32(const std::byte* codes, const std::byte*, std::uint32_t values, float* out) {
+  std::memcpy(out, codes, std::size_t{values} * sizeof(float));
+}
+
+KVCACHE_AVX512 void decode_fp16_avx512(const std::byte* codes, const std::byte*, std::uint32_t values, float* out) {
   for (std::uint32_t i = 0; i < values; i += 16)
     _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 2 * i))));
 }
 
-KVCACHE_AVX512 void decode_bf16_avx512(const std::byte* codes, std::uint32_t values, float* out) {
+KVCACHE_AVX512 void decode_bf16_avx512(const std::byte* codes, const std::byte*, std::uint32_t values, float* out) {
   for (std::uint32_t i = 0; i < values; i += 16) {
     const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 2 * i)));
     _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
   }
 }
 
-KVCACHE_AVX512 void decode_int8_avx512(const std::byte* codes, const std::byte* meta,
-                                       std::uint32_t d, float* out) {
+KVCACHE_AVX512 void decode_int8_avx512(const std::byte* codes, const std::byte* meta, std::uint32_t d,
+                                       float* out) {
   float scale;
   std::memcpy(&scale, meta, sizeof(scale));
   const __m512 s = _mm512_set1_ps(scale);
@@ -191,6 +195,7 @@ SlotCodec::SlotCodec(const FormatSpec& spec, std::uint32_t head_dim, std::uint32
     : spec_(spec), layout_(format_layout(spec, head_dim, page_size)), head_dim_(head_dim) {
   if (layout_.slot_code_bytes == 0)
     throw Error(Code::unsupported, "format " + spec.name() + " has no per-slot layout");
+  if (spec.kind == FormatKind::fp32) fast_decode_ = &decode_fp32;
   if (has_avx512() && head_dim % 16 == 0) {
     if (spec.kind == FormatKind::int8_per_token && head_dim == 128) fast_encode_ = &encode_int8_rows<8>;
     if (spec.kind == FormatKind::int8_per_token && head_dim == 64) fast_encode_ = &encode_int8_rows<4>;
@@ -198,6 +203,9 @@ SlotCodec::SlotCodec(const FormatSpec& spec, std::uint32_t head_dim, std::uint32
     if (spec.kind == FormatKind::bf16) fast_encode_ = &encode_bf16_avx512;
     if (spec.kind == FormatKind::fp8_e4m3) fast_encode_ = &encode_fp8_avx512;
     if (spec.kind == FormatKind::int4_group) fast_int4_ = true;
+    if (spec.kind == FormatKind::fp16) fast_decode_ = &decode_fp16_avx512;
+    if (spec.kind == FormatKind::bf16) fast_decode_ = &decode_bf16_avx512;
+    if (spec.kind == FormatKind::int8_per_token) fast_decode_ = &decode_int8_avx512;
   }
 }
 
@@ -213,21 +221,20 @@ void SlotCodec::encode(const float* row, std::byte* tile, std::uint32_t slot) co
 }
 
 void SlotCodec::decode_rows(const std::byte* tile, std::uint32_t first_slot, std::uint32_t n,
-                            float* rows) const {
-  const bool vector = has_avx512() && head_dim_ % 16 == 0;
-  const std::size_t values = std::size_t{n} * head_dim_;
-  if (spec_.kind == FormatKind::fp32) {
-    std::memcpy(rows, codes(tile, first_slot), values * sizeof(float));
-  } else if (vector && spec_.kind == FormatKind::fp16) {
-    decode_fp16_avx512(codes(tile, first_slot), static_cast<std::uint32_t>(values), rows);
-  } else if (vector && spec_.kind == FormatKind::bf16) {
-    decode_bf16_avx512(codes(tile, first_slot), static_cast<std::uint32_t>(values), rows);
-  } else if (vector && spec_.kind == FormatKind::int8_per_token) {
-    for (std::uint32_t j = 0; j < n; ++j)
-      decode_int8_avx512(codes(tile, first_slot + j), meta(tile, first_slot + j), head_dim_,
-                         rows + std::size_t{j} * head_dim_);
-  } else {
-    for (std::uint32_t j = 0; j < n; ++j) decode(tile, first_slot + j, rows + std::size_t{j} * head_dim_);
+                            float* rows, const std::byte* ahead, std::size_t ahead_bytes) const {
+  const std::size_t lines = ahead == nullptr ? 0 : ahead_bytes / 64;
+  const std::size_t per_row = n == 0 ? 0 : (lines + n - 1) / n;  // an even share per row
+  std::size_t next_line = 0;
+  for (std::uint32_t j = 0; j < n; ++j) {
+    for (std::size_t i = 0; i < per_row && next_line < lines; ++i, ++next_line)
+      __builtin_prefetch(ahead + next_line * 64);
+    const std::uint32_t slot = first_slot + j;
+    float* row = rows + std::size_t{j} * head_dim_;
+    if (fast_decode_ != nullptr) {
+      fast_decode_(codes(tile, slot), meta(tile, slot), head_dim_, row);
+    } else {
+      decode(tile, slot, row);
+    }
   }
 }
 

@@ -25,9 +25,11 @@ class SlotCodec {
   // Formats that group tokens (kivi-k): rows[group][head_dim] into the group of `first_slot`.
   void encode_group(const float* rows, std::byte* tile, std::uint32_t first_slot) const;
   void decode(const std::byte* tile, std::uint32_t slot, float* row) const;
-  // Decodes n consecutive slots into rows[n][head_dim] (AVX-512 for the common formats).
-  void decode_rows(const std::byte* tile, std::uint32_t first_slot, std::uint32_t n,
-                   float* rows) const;
+  // Decodes n consecutive slots into rows[n][head_dim] (AVX-512 for the common formats), while
+  // asking for `ahead_bytes` at `ahead` (the next tile to read) to be brought into cache, spread
+  // over the rows rather than in one burst.
+  void decode_rows(const std::byte* tile, std::uint32_t first_slot, std::uint32_t n, float* rows,
+                   const std::byte* ahead = nullptr, std::size_t ahead_bytes = 0) const;
   // Per-slot formats only.
   void copy_slot(const std::byte* from_tile, std::uint32_t from_slot, std::byte* to_tile,
                  std::uint32_t to_slot) const {
@@ -51,11 +53,14 @@ class SlotCodec {
 
   using EncodeFn = void (*)(const float* row, std::uint32_t head_dim, std::byte* codes,
                             std::byte* meta);
+  using DecodeFn = void (*)(const std::byte* codes, const std::byte* meta, std::uint32_t head_dim,
+                            float* row);
   FormatSpec spec_;
   StorageFormat layout_;
   std::uint32_t head_dim_;
   EncodeFn fast_encode_ = nullptr;  // null: the reference encoder
   bool fast_int4_ = false;          // int4-group's AVX-512 encoder (it takes the group size)
+  DecodeFn fast_decode_ = nullptr;  // null: the reference decoder
 };
 
 }  // namespace kvcache::cpu

@@ -17,7 +17,7 @@ namespace {
 
 // 2^x: x = n + f with f in [-1/2, 1/2], 2^f by a degree-6 polynomial (relative error < 2e-7),
 // then scaled by 2^n with vscalefps.
-KVCACHE_AVX512 __m512 exp2_avx512(__m512 x) {
+KVCACHE_AVX512 inline __attribute__((always_inline)) __m512 exp2_avx512(__m512 x) {
   x = _mm512_max_ps(x, _mm512_set1_ps(-126.0f));
   const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(x, n);
@@ -72,6 +72,102 @@ KVCACHE_AVX512 void accumulate_avx512(const float* weights, std::uint32_t group,
   }
 }
 
+// Sums each of 16 vectors across its lanes: out lane i holds the sum of s[kSumOrder[i]].
+// A shuffle network (about 3 instructions per vector) instead of 16 horizontal reductions.
+KVCACHE_AVX512 inline __attribute__((always_inline)) __m512 sum_lanes16(__m512 s[16]) {
+  __m512 a[8], b[4], c[2];
+  for (int i = 0; i < 8; ++i)
+    a[i] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], 0x44), _mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], 0xEE));
+  for (int i = 0; i < 4; ++i)
+    b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x88), _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xDD));
+  for (int i = 0; i < 2; ++i)
+    c[i] = _mm512_add_ps(_mm512_unpacklo_ps(b[2 * i], b[2 * i + 1]), _mm512_unpackhi_ps(b[2 * i], b[2 * i + 1]));
+  return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(c[0]), _mm512_castps_pd(c[1]))),
+                       _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(c[0]), _mm512_castps_pd(c[1]))));
+}
+
+// Which input each output lane of sum_lanes16 holds, and the inverse, found by running the
+// network once.
+struct SumOrder {
+  alignas(64) std::int32_t slot_of_lane[16];
+  alignas(64) std::int32_t lane_of_slot[16];
+  KVCACHE_AVX512 SumOrder() {
+    __m512 s[16];
+    for (int j = 0; j < 16; ++j) s[j] = _mm512_set1_ps(static_cast<float>(j));
+    alignas(64) float out[16];
+    _mm512_store_ps(out, sum_lanes16(s));
+    for (int i = 0; i < 16; ++i) {
+      slot_of_lane[i] = static_cast<std::int32_t>(out[i] / 16.0f);
+      lane_of_slot[slot_of_lane[i]] = i;
+    }
+  }
+};
+
+KVCACHE_AVX512 inline __attribute__((always_inline)) float exp2_scalar(float x) {
+  return _mm512_cvtss_f32(exp2_avx512(_mm512_set1_ps(x)));
+}
+
+// A block of up to 16 keys for G query heads of dimension D, everything in registers: logits by
+// 16 accumulators per head and one shuffle-reduction, a base-2 softmax update on one vector,
+// then values accumulated over halves of D so that all accumulators stay in registers.
+template <int G, int D>
+KVCACHE_AVX512 void attend16(const float* q, const float* k, const float* v, std::uint32_t n,
+                             float* m, float* l, float* acc) {
+  static const SumOrder order;
+  constexpr int C = D / 16;                 // vectors per row
+  constexpr int H = C < 16 / G ? C : 16 / G;  // vectors per pass over the values
+  const __m512i slot = _mm512_load_si512(order.slot_of_lane);
+  const __m512i lane = _mm512_load_si512(order.lane_of_slot);
+  alignas(64) float weight[G][16];
+  for (int g = 0; g < G; ++g) {
+    __m512 s[16];
+    for (int j = 0; j < 16; ++j) s[j] = _mm512_setzero_ps();
+    // All 16 rows (missing ones are zeros, see attend_block): fixed trip counts unroll fully.
+    for (int c = 0; c < C; ++c) {
+      const __m512 qc = _mm512_loadu_ps(q + g * D + 16 * c);
+      for (int j = 0; j < 16; ++j) s[j] = _mm512_fmadd_ps(qc, _mm512_loadu_ps(k + j * D + 16 * c), s[j]);
+    }
+    // Lane i is slot slot_of_lane[i]; lanes of missing slots get -inf.
+    const __mmask16 present = _mm512_cmplt_epi32_mask(slot, _mm512_set1_epi32(static_cast<int>(n)));
+    const __m512 logits = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), present, sum_lanes16(s));
+    const float top = std::max(m[g], _mm512_reduce_max_ps(logits));
+    const float correction = m[g] == -INFINITY ? 0.0f : exp2_scalar(m[g] - top);
+    const __m512 p = _mm512_maskz_mov_ps(present, exp2_avx512(_mm512_sub_ps(logits, _mm512_set1_ps(top))));
+    l[g] = l[g] * correction + _mm512_reduce_add_ps(p);
+    m[g] = top;
+    _mm512_store_ps(weight[g], _mm512_permutexvar_ps(lane, p));  // back into slot order
+    if (correction != 1.0f)
+      for (int c = 0; c < C; ++c)
+        _mm512_storeu_ps(acc + g * D + 16 * c, _mm512_mul_ps(_mm512_loadu_ps(acc + g * D + 16 * c), _mm512_set1_ps(correction)));
+  }
+  for (int pass = 0; pass < C; pass += H) {
+    __m512 a[G][H];
+    for (int g = 0; g < G; ++g)
+      for (int h = 0; h < H; ++h) a[g][h] = _mm512_loadu_ps(acc + g * D + 16 * (pass + h));
+    for (int j = 0; j < 16; ++j) {
+      __m512 vj[H];
+      for (int h = 0; h < H; ++h) vj[h] = _mm512_loadu_ps(v + j * D + 16 * (pass + h));
+      for (int g = 0; g < G; ++g) {
+        const __m512 w = _mm512_set1_ps(weight[g][j]);
+        for (int h = 0; h < H; ++h) a[g][h] = _mm512_fmadd_ps(w, vj[h], a[g][h]);
+      }
+    }
+    for (int g = 0; g < G; ++g)
+      for (int h = 0; h < H; ++h) _mm512_storeu_ps(acc + g * D + 16 * (pass + h), a[g][h]);
+  }
+}
+
+using Attend16 = void (*)(const float*, const float*, const float*, std::uint32_t, float*, float*, float*);
+
+Attend16 specialized(std::uint32_t group, std::uint32_t dim) {
+#define KVCACHE_CASE(G, D) \
+  if (group == G && dim == D) return &attend16<G, D>;
+  KVCACHE_CASE(1, 64) KVCACHE_CASE(2, 64) KVCACHE_CASE(4, 64) KVCACHE_CASE(8, 64)
+  KVCACHE_CASE(1, 128) KVCACHE_CASE(2, 128) KVCACHE_CASE(4, 128) KVCACHE_CASE(8, 128)
+#undef KVCACHE_CASE
+  return nullptr;
+}
+
 #pragma GCC diagnostic pop
 
 bool avx512() {
@@ -103,8 +199,20 @@ void block_logits(const float* q, std::uint32_t group, std::uint32_t dim, const 
     }
 }
 
-void attend_block(const float* q, std::uint32_t group, std::uint32_t dim, const float* k,
-                  const float* v, std::uint32_t n, SoftmaxState& state, float* logits) {
+void attend_block(const float* q, std::uint32_t group, std::uint32_t dim, float* k, float* v,
+                  std::uint32_t n, SoftmaxState& state, float* logits) {
+  if (avx512()) {
+    if (const Attend16 fast = specialized(group, dim)) {
+      // The kernel reads 16 rows; the rows past n must be finite (their weight is 0): zeros.
+      const std::uint32_t padded = (n + 15) / 16 * 16;
+      std::fill(k + std::size_t{n} * dim, k + std::size_t{padded} * dim, 0.0f);
+      std::fill(v + std::size_t{n} * dim, v + std::size_t{padded} * dim, 0.0f);
+      for (std::uint32_t j = 0; j < n; j += 16)
+        fast(q, k + std::size_t{j} * dim, v + std::size_t{j} * dim, std::min(16u, n - j), state.m.data(),
+             state.l.data(), state.acc.data());
+      return;
+    }
+  }
   block_logits(q, group, dim, k, n, logits);
   for (std::uint32_t g = 0; g < group; ++g) {
     float* lg = logits + std::size_t{g} * n;

@@ -25,8 +25,9 @@ void block_logits(const float* q, std::uint32_t group, std::uint32_t dim, const 
                   std::uint32_t n, float* logits);
 
 // Adds n keys and values ([n][dim] each) to the state. `logits` has room for group * n floats.
-void attend_block(const float* q, std::uint32_t group, std::uint32_t dim, const float* k,
-                  const float* v, std::uint32_t n, SoftmaxState& state, float* logits);
+// k and v must have room for n rounded up to 16 rows: the rows past n are overwritten.
+void attend_block(const float* q, std::uint32_t group, std::uint32_t dim, float* k, float* v,
+                  std::uint32_t n, SoftmaxState& state, float* logits);
 
 // 2^x for n floats in place (vectorized where the CPU allows).
 void exp2_in_place(float* x, std::uint32_t n);

@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   app.parse_complete_callback([&] { tool::setup_logging(globals.log_level); });
   tool::add_plugins_command(app, globals);
   tool::add_config_command(app, globals);
+  tool::add_bench_command(app, globals);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,132 @@
+#include "attention_benchmark.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <vector>
+
+#include <tbb/global_control.h>
+#include <tbb/task_arena.h>
+
+#include "kvcache/formats.hpp"
+#include "memory_bandwidth.hpp"
+
+namespace kvcache::tool {
+namespace {
+
+std::uint64_t visible_tokens(const std::vector<PositionRange>& ranges, std::uint64_t tokens) {
+  std::uint64_t n = 0;
+  for (const PositionRange& r : ranges)
+    n += static_cast<std::uint64_t>(std::clamp<Position>(r.end, 0, tokens) - std::clamp<Position>(r.begin, 0, tokens));
+  return n;
+}
+
+}  // namespace
+
+AttentionBenchResult run_attention_benchmark(const Registry& registry, const AttentionBenchOptions& o) {
+  const int threads = o.threads > 0 ? o.threads : tbb::this_task_arena::max_concurrency();
+  const tbb::global_control parallelism(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
+
+  StoreSpec spec;
+  spec.model = {1, o.q_heads, o.kv_heads, o.head_dim};
+  spec.page_size = o.page_size;
+  spec.k_format = o.k_format;
+  spec.v_format = o.v_format;
+  spec.k_options = o.k_options;
+  spec.v_options = o.v_options;
+  spec.prefix_caching = false;
+  const std::uint64_t tile_k = format_layout(parse_format(o.k_format, o.k_options), o.head_dim, o.page_size).tile_bytes;
+  const std::uint64_t tile_v = format_layout(parse_format(o.v_format, o.v_options), o.head_dim, o.page_size).tile_bytes;
+  const std::uint64_t pages = (o.tokens + o.page_size - 1) / o.page_size * o.batch + 1;
+  spec.capacity_bytes = pages * (o.kv_heads * (tile_k + tile_v) + o.page_size * sizeof(Position));
+  const auto backend = registry.create_backend(o.backend);
+  const auto store = backend->create_store(spec);
+  const auto attention = backend->create_attention();
+
+  // Fill every sequence, a chunk at a time, from one random buffer (contents do not change the
+  // amount of work, only realistic values matter for quantization).
+  std::vector<SeqId> ids;
+  for (std::uint32_t i = 0; i < o.batch; ++i) ids.push_back(store->create_sequence());
+  const std::uint64_t chunk = std::min<std::uint64_t>(o.tokens, 2048);
+  std::vector<float> rows(chunk * o.batch * o.kv_heads * o.head_dim);
+  std::mt19937 rng(42);
+  std::normal_distribution<float> normal;
+  for (float& x : rows) x = normal(rng);
+  for (std::uint64_t done = 0; done < o.tokens; done += chunk) {
+    const auto n = static_cast<std::uint32_t>(std::min(chunk, o.tokens - done));
+    const std::vector<std::uint32_t> counts(o.batch, n);
+    store->reserve(ids, counts);
+    std::int64_t shape[3] = {static_cast<std::int64_t>(n) * o.batch, o.kv_heads, o.head_dim};
+    const DLTensor t{rows.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, shape, nullptr, 0};
+    store->append(0, ids, counts, t, t);
+  }
+
+  // One query token per sequence at the last position, with the mask's ranges.
+  const auto mask = registry.create_mask(o.mask.name, o.mask.options);
+  const std::uint32_t max_ranges = mask->describe().max_ranges;
+  std::vector<PositionRange> ranges(std::size_t{o.batch} * max_ranges);
+  std::vector<std::uint32_t> range_counts(o.batch);
+  mask->visible(std::vector<Position>(o.batch, static_cast<Position>(o.tokens) - 1), ranges, range_counts);
+  std::uint64_t visible = 0;
+  for (std::uint32_t i = 0; i < o.batch; ++i)
+    visible += visible_tokens({ranges.begin() + i * max_ranges, ranges.begin() + i * max_ranges + range_counts[i]}, o.tokens);
+
+  std::vector<float> q(std::size_t{o.batch} * o.q_heads * o.head_dim), out(q.size());
+  for (float& x : q) x = normal(rng);
+  std::int64_t q_shape[3] = {o.batch, o.q_heads, o.head_dim};
+  DLTensor qt{q.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, q_shape, nullptr, 0};
+  DLTensor ot = qt;
+  ot.data = out.data();
+  AttentionRequest request;
+  request.sequences = ids;
+  request.q = &qt;
+  request.out = &ot;
+  request.visible = {ranges, range_counts, max_ranges};
+
+  AttentionBenchResult result;
+  result.threads = threads;
+  result.kv_bytes = visible * o.kv_heads * (tile_k + tile_v) / o.page_size;
+  const auto read_gbps = [&] { return bench::read_bandwidth_gbps(std::size_t{512} << 20, threads, 3); };
+  const double bandwidth_before = read_gbps();
+  for (int i = 0; i < 2; ++i) attention->decode(*store, request);  // warm-up
+  std::vector<double> times;
+  double total = 0.0;
+  while (total < o.min_seconds || times.size() < 5) {
+    const auto start = std::chrono::steady_clock::now();
+    attention->decode(*store, request);
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    total += times.back();
+  }
+  result.read_bandwidth_gbps = (bandwidth_before + read_gbps()) / 2;
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  result.seconds = times[times.size() / 2];
+  result.calls = times.size();
+  result.gbps = static_cast<double>(result.kv_bytes) / result.seconds / 1e9;
+  result.bandwidth_fraction = result.gbps / result.read_bandwidth_gbps;
+  result.tokens_per_second = o.batch / result.seconds;
+  return result;
+}
+
+nlohmann::json to_json(const AttentionBenchOptions& o, const AttentionBenchResult& r) {
+  return {{"backend", o.backend},
+          {"k_format", o.k_format},
+          {"v_format", o.v_format},
+          {"tokens", o.tokens},
+          {"batch", o.batch},
+          {"q_heads", o.q_heads},
+          {"kv_heads", o.kv_heads},
+          {"head_dim", o.head_dim},
+          {"page_size", o.page_size},
+          {"mask", o.mask.name},
+          {"mask_options", o.mask.options},
+          {"threads", r.threads},
+          {"kv_bytes", r.kv_bytes},
+          {"seconds", r.seconds},
+          {"calls", r.calls},
+          {"gbps", r.gbps},
+          {"read_bandwidth_gbps", r.read_bandwidth_gbps},
+          {"bandwidth_fraction", r.bandwidth_fraction},
+          {"tokens_per_second", r.tokens_per_second}};
+}
+
+}  // namespace kvcache::tool

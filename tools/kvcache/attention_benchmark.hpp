@@ -1,0 +1,48 @@
+// One layer of decode attention on a backend, timed, beside the machine's read bandwidth
+// measured in the same run: what `kvcache bench attention` reports.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "kvcache/registry.hpp"
+#include "mask_spec.hpp"
+
+namespace kvcache::tool {
+
+struct AttentionBenchOptions {
+  std::string backend = "cpu-tbb";
+  std::string k_format = "fp16";
+  std::string v_format = "fp16";
+  nlohmann::json k_options = nlohmann::json::object();
+  nlohmann::json v_options = nlohmann::json::object();
+  std::uint64_t tokens = 4096;  // cached tokens per sequence
+  std::uint32_t batch = 1;
+  std::uint32_t q_heads = 32;  // Llama-3-8B
+  std::uint32_t kv_heads = 8;
+  std::uint32_t head_dim = 128;
+  std::uint32_t page_size = 16;
+  MaskChoice mask{"causal", nlohmann::json::object()};
+  int threads = 0;  // 0: all
+  double min_seconds = 1.0;
+};
+
+struct AttentionBenchResult {
+  std::uint64_t kv_bytes = 0;  // K and V bytes read per call, scales included
+  double seconds = 0.0;        // median per call
+  double gbps = 0.0;
+  double read_bandwidth_gbps = 0.0;
+  double bandwidth_fraction = 0.0;
+  double tokens_per_second = 0.0;  // decode steps of the batch per second, this one layer
+  std::uint64_t calls = 0;
+  int threads = 0;
+};
+
+AttentionBenchResult run_attention_benchmark(const Registry& registry,
+                                             const AttentionBenchOptions& options);
+
+nlohmann::json to_json(const AttentionBenchOptions& options, const AttentionBenchResult& result);
+
+}  // namespace kvcache::tool
