@@ -10,7 +10,7 @@
 namespace kvcache::cpu {
 namespace {
 
-#define KVCACHE_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+#define KVCACHE_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,f16c,fma")))
 
 // GCC 12's AVX-512 headers warn about their own _mm*_undefined_* placeholders (GCC bug 105593).
 #pragma GCC diagnostic push
@@ -19,7 +19,8 @@ namespace {
 
 bool has_avx512() {
   static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
   return yes;
 }
 
@@ -187,6 +188,46 @@ KVCACHE_AVX512 void decode_int8_avx512(const std::byte* codes, const std::byte* 
   }
 }
 
+// 16 fp8 E4M3 codes to floats, times the token-head scale.
+KVCACHE_AVX512 void decode_fp8_avx512(const std::byte* codes, const std::byte* meta, std::uint32_t d,
+                                      float* out) {
+  float scale;
+  std::memcpy(&scale, meta, sizeof(scale));
+  const __m512 s = _mm512_set1_ps(scale);
+  for (std::uint32_t i = 0; i < d; i += 16) {
+    const __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)));
+    const __m512i exponent = _mm512_and_si512(_mm512_srli_epi32(c, 3), _mm512_set1_epi32(0xF));
+    const __m512i mantissa = _mm512_and_si512(c, _mm512_set1_epi32(7));
+    // Normal: rebias 7 -> 127 and widen the mantissa; subnormal (exponent 0): mantissa * 2^-9.
+    const __m512i normal = _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(exponent, _mm512_set1_epi32(120)), 23),
+                                           _mm512_slli_epi32(mantissa, 20));
+    const __m512 subnormal = _mm512_mul_ps(_mm512_cvtepi32_ps(mantissa), _mm512_set1_ps(0x1p-9f));
+    const __mmask16 is_sub = _mm512_cmpeq_epi32_mask(exponent, _mm512_setzero_si512());
+    __m512 value = _mm512_mask_mov_ps(_mm512_castsi512_ps(normal), is_sub, subnormal);
+    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24);
+    value = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(value), sign));
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(value, s));
+  }
+}
+
+// int4-group with groups of 32: 8 bytes hold 16 codes (even element in the low nibble);
+// code * scale + minimum, with the row's fp16 scales and minima widened together first.
+KVCACHE_AVX512 void decode_int4_avx512(const std::byte* codes, const std::byte* meta, std::uint32_t d,
+                                       float* out) {
+  constexpr std::uint32_t Group = 32;
+  alignas(64) float params[2 * 256 / Group];  // (scale, minimum) per group, head_dim <= 256
+  for (std::uint32_t h = 0; h < 2 * d / Group; h += 8)
+    _mm256_store_ps(params + h, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(meta + 2 * h))));
+  for (std::uint32_t i = 0; i < d; i += 16) {
+    const __m128i packed = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i / 2));
+    const __m128i bytes = _mm_unpacklo_epi8(_mm_and_si128(packed, _mm_set1_epi8(0x0F)),
+                                            _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)));
+    const __m512 x = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes));
+    _mm512_storeu_ps(out + i, _mm512_fmadd_ps(x, _mm512_set1_ps(params[2 * (i / Group)]),
+                                              _mm512_set1_ps(params[2 * (i / Group) + 1])));
+  }
+}
+
 #pragma GCC diagnostic pop
 
 }  // namespace
@@ -206,6 +247,10 @@ SlotCodec::SlotCodec(const FormatSpec& spec, std::uint32_t head_dim, std::uint32
     if (spec.kind == FormatKind::fp16) fast_decode_ = &decode_fp16_avx512;
     if (spec.kind == FormatKind::bf16) fast_decode_ = &decode_bf16_avx512;
     if (spec.kind == FormatKind::int8_per_token) fast_decode_ = &decode_int8_avx512;
+    if (spec.kind == FormatKind::fp8_e4m3) fast_decode_ = &decode_fp8_avx512;
+    // The scales are widened in blocks of 8 halves: 4 groups of 32 at a time.
+    if (spec.kind == FormatKind::int4_group && spec.group == 32 && head_dim <= 256 && head_dim % 128 == 0)
+      fast_decode_ = &decode_int4_avx512;
   }
 }
 
