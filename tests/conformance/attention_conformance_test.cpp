@@ -3,6 +3,7 @@
 // lengths, decode and prefill, compacted sequences, long sequences split across threads, and
 // accumulated scores. Unused slots hold NaN, so a read of padding would show.
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <random>
 #include <string>
@@ -11,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "kvcache/formats.hpp"
+#include "kvcache/numeric.hpp"
 #include "kvcache/reference_attention.hpp"
 #include "store_fixture.hpp"
 
@@ -234,6 +236,83 @@ TEST_P(AttentionConformance, CompactedSequenceUsesLogicalPositions) {
   original_v_.clear();
   append({a}, 1);
   for (const auto& [name, options] : masks_) check(name, options, 1, {a}, {}, false);
+}
+
+// Outputs in float16 and bfloat16, and the backend against a dense formulation with an
+// explicit boolean mask like the seed's SlidingWindowAttention (kept causal for the first
+// positions), on a small shape.
+TEST(AttentionOutputs, HalfPrecisionOutputsAndDenseMask) {
+  for (const std::string& backend : backend_names()) {
+    StoreSpec spec;
+    spec.model = {1, 4, 2, 16};
+    spec.page_size = 8;
+    spec.k_format = spec.v_format = "fp32";
+    spec.capacity_bytes = 1 << 20;
+    const auto store = open_store(backend, spec);
+    if (!store) continue;
+    const auto attention = registry().create_backend(backend)->create_attention();
+    const SeqId id = store->create_sequence();
+    const std::uint32_t n = 30, sinks = 3, window = 8;
+    store->reserve(std::vector<SeqId>{id}, std::vector<std::uint32_t>{n});
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal;
+    std::vector<float> k(n * 2 * 16), v(k.size()), q(4 * 16);
+    for (float& x : k) x = normal(rng);
+    for (float& x : v) x = normal(rng);
+    for (float& x : q) x = normal(rng);
+    std::int64_t kv_shape[3] = {n, 2, 16};
+    store->append(0, std::vector<SeqId>{id}, std::vector<std::uint32_t>{n}, tensor(k.data(), kv_shape),
+                  tensor(v.data(), kv_shape));
+    // Dense: mask[t] for the query at position n - 1; softmax over allowed keys only.
+    const Position query = n - 1;
+    std::vector<float> dense(4 * 16, 0.0f);
+    for (std::uint32_t h = 0; h < 4; ++h) {
+      std::vector<double> w(n, 0.0);
+      double top = -INFINITY, sum = 0;
+      for (std::uint32_t t = 0; t < n; ++t) {
+        const bool allowed = Position(t) < Position(sinks) || query - Position(t) < Position(window);
+        if (!allowed) continue;
+        double dot = 0;
+        for (int i = 0; i < 16; ++i) dot += double(q[h * 16 + i]) * k[(t * 2 + h / 2) * 16 + i];
+        w[t] = dot / 4.0;
+        top = std::max(top, w[t]);
+      }
+      for (std::uint32_t t = 0; t < n; ++t) {
+        const bool allowed = Position(t) < Position(sinks) || query - Position(t) < Position(window);
+        w[t] = allowed ? std::exp(w[t] - top) : 0.0;
+        sum += w[t];
+      }
+      for (std::uint32_t t = 0; t < n; ++t)
+        for (int i = 0; i < 16; ++i) dense[h * 16 + i] += float(w[t] / sum * v[(t * 2 + h / 2) * 16 + i]);
+    }
+    const std::vector<PositionRange> ranges{{0, sinks}, {query - window + 1, query + 1}};
+    const std::vector<std::uint32_t> counts{2};
+    std::int64_t q_shape[3] = {1, 4, 16};
+    DLTensor qt = tensor(q.data(), q_shape);
+    for (const auto& [code, bits] : {std::pair{kDLFloat, 32}, std::pair{kDLFloat, 16}, std::pair{kDLBfloat, 16}}) {
+      std::vector<std::uint32_t> raw(4 * 16, 0);  // room for either width
+      DLTensor ot = tensor(reinterpret_cast<float*>(raw.data()), q_shape);
+      ot.dtype = {static_cast<std::uint8_t>(code), static_cast<std::uint8_t>(bits), 1};
+      AttentionRequest request;
+      request.q = &qt;
+      request.out = &ot;
+      request.visible = {ranges, counts, 2};
+      std::vector<SeqId> ids{id};
+      request.sequences = ids;
+      attention->decode(*store, request);
+      for (std::size_t e = 0; e < dense.size(); ++e) {
+        float got;
+        if (bits == 32) {
+          std::memcpy(&got, reinterpret_cast<const float*>(raw.data()) + e, 4);
+        } else {
+          const std::uint16_t h = reinterpret_cast<const std::uint16_t*>(raw.data())[e];
+          got = code == kDLFloat ? float_from_fp16(h) : float_from_bf16(h);
+        }
+        const double tolerance = bits == 32 ? 1e-4 : (code == kDLFloat ? 2e-3 : 1e-2);
+        ASSERT_NEAR(got, dense[e], tolerance * (1 + std::fabs(dense[e]))) << backend << " bits " << bits << " element " << e;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, AttentionConformance, ::testing::ValuesIn(attention_cases()), case_name);
