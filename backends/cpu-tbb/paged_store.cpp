@@ -479,22 +479,21 @@ std::uint64_t PagedStore::written(SeqId id, std::uint32_t layer) const {
   return s.written[layer];
 }
 
-std::vector<Position> PagedStore::positions(SeqId id) const {
+template <class T, class PerPage>
+std::vector<T> PagedStore::per_slot(SeqId id, PerPage&& of_page) const {
   std::shared_lock lock(mutex_);
   const Sequence& s = find(id);
-  std::vector<Position> out(s.length);
-  for (std::uint64_t slot = 0; slot < s.length; ++slot)
-    out[slot] = slot_positions(s.pages[slot / page_size_])[slot % page_size_];
+  std::vector<T> out(s.length);
+  for (std::uint64_t slot = 0; slot < s.length; ++slot) out[slot] = of_page(s.pages[slot / page_size_])[slot % page_size_];
   return out;
 }
 
+std::vector<Position> PagedStore::positions(SeqId id) const {
+  return per_slot<Position>(id, [&](PageId p) { return slot_positions(p); });
+}
+
 std::vector<float> PagedStore::scores(SeqId id) const {
-  std::shared_lock lock(mutex_);
-  const Sequence& s = find(id);
-  std::vector<float> out(s.length);
-  for (std::uint64_t slot = 0; slot < s.length; ++slot)
-    out[slot] = scores_of(s.pages[slot / page_size_])[slot % page_size_];
-  return out;
+  return per_slot<float>(id, [&](PageId p) { return scores_of(p); });
 }
 
 PagedStore::LayerView PagedStore::view(SeqId id, std::uint32_t layer) const {

@@ -93,6 +93,9 @@ class PagedStore final : public CacheStore {
   void poison_slots(PageId page, std::uint32_t from_slot);
   void copy_page(PageId from, PageId to);
   void copy_slot(PageId from, std::uint32_t from_slot, PageId to, std::uint32_t to_slot);
+  // One value per held slot, read from per-page arrays (positions, scores).
+  template <class T, class PerPage>
+  std::vector<T> per_slot(SeqId sequence, PerPage&& of_page) const;
   // Replaces a shared page of `s` at index i by a private copy.
   void make_private(Sequence& s, std::size_t i);
   // Encodes the complete token groups that overlap slots [begin, end) of an append covering

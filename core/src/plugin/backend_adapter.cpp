@@ -33,12 +33,7 @@ class HostBackend final : public Backend {
     void* store = nullptr;
     const std::string json = to_json(spec).dump();
     instance_->call(&kvc_backend_table::create_store, json.c_str(), &table, &store);
-    if (table == nullptr || store == nullptr)
-      throw Error(Code::internal, instance_->who() + ": create_store returned no store");
-    if (table->struct_size < sizeof(kvc_store_table)) {
-      table->destroy(store);
-      throw Error(Code::internal, instance_->who() + ": store table is too small for ABI 1.0");
-    }
+    check_made(table, store, "store");
     return make_store(instance_->library(), table, store, instance_->who() + " store");
   }
 
@@ -46,16 +41,22 @@ class HostBackend final : public Backend {
     const kvc_attention_table* table = nullptr;
     void* attention = nullptr;
     instance_->call(&kvc_backend_table::create_attention, &table, &attention);
-    if (table == nullptr || attention == nullptr)
-      throw Error(Code::internal, instance_->who() + ": create_attention returned nothing");
-    if (table->struct_size < sizeof(kvc_attention_table)) {
-      table->destroy(attention);
-      throw Error(Code::internal, instance_->who() + ": attention table is too small for ABI 1.0");
-    }
+    check_made(table, attention, "attention");
     return make_attention(instance_->library(), table, attention, instance_->who() + " attention");
   }
 
  private:
+  // An object the backend made must come with a table this host can use (else it is freed).
+  template <class Table>
+  void check_made(const Table* table, void* object, const char* what) const {
+    if (table == nullptr || object == nullptr)
+      throw Error(Code::internal, instance_->who() + ": made no " + what);
+    if (table->struct_size < sizeof(Table)) {
+      table->destroy(object);
+      throw Error(Code::internal, instance_->who() + ": " + what + " table is too small for ABI 1.0");
+    }
+  }
+
   std::unique_ptr<PluginInstance<kvc_backend_table>> instance_;
 };
 

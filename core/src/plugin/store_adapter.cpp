@@ -65,11 +65,7 @@ class HostStore final : public CacheStore {
     return n;
   }
   std::vector<Position> positions(SeqId id) const override {
-    std::vector<Position> out(length(id));
-    uint64_t count = 0;
-    s_->call(&kvc_store_table::positions, id, out.data(), uint64_t{out.size()}, &count);
-    out.resize(std::min<uint64_t>(count, out.size()));
-    return out;
+    return per_slot<Position>(&kvc_store_table::positions, id);
   }
   void publish_prefix(SeqId id, std::span<const std::int32_t> tokens) override {
     s_->call(&kvc_store_table::publish_prefix, id, tokens.data(), uint64_t{tokens.size()});
@@ -100,13 +96,7 @@ class HostStore final : public CacheStore {
   void gather(std::uint32_t layer, SeqId id, DLTensor& k, DLTensor& v) const override {
     s_->call(&kvc_store_table::gather, layer, id, &k, &v);
   }
-  std::vector<float> scores(SeqId id) const override {
-    std::vector<float> out(length(id));
-    uint64_t count = 0;
-    s_->call(&kvc_store_table::scores, id, out.data(), uint64_t{out.size()}, &count);
-    out.resize(std::min<uint64_t>(count, out.size()));
-    return out;
-  }
+  std::vector<float> scores(SeqId id) const override { return per_slot<float>(&kvc_store_table::scores, id); }
   // The plugin's own handle, for a call that passes this store back to the same plugin.
   void* handle_for(const PluginLibrary& library) const {
     if (s_->library().get() != &library)
@@ -126,6 +116,15 @@ class HostStore final : public CacheStore {
   }
 
  private:
+  // One value per held token, through a table entry that writes up to a capacity.
+  template <class T, class Fn>
+  std::vector<T> per_slot(Fn kvc_store_table::*fn, SeqId id) const {
+    std::vector<T> out(length(id));
+    uint64_t count = 0;
+    s_->call(fn, id, out.data(), uint64_t{out.size()}, &count);
+    out.resize(std::min<uint64_t>(count, out.size()));
+    return out;
+  }
   void same_size(std::size_t a, std::size_t b) const {
     if (a != b) throw Error(Code::invalid_argument, s_->who() + ": batch spans differ in size");
   }
