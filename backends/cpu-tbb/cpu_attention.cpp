@@ -33,7 +33,9 @@ struct Item {
 // The slots whose logical positions fall in `range` (positions ascend along the slots).
 Segment slots_of(const PagedStore& store, const PagedStore::LayerView& view, PositionRange range) {
   const std::uint32_t p = store.page_size();
-  const auto position = [&](std::uint64_t slot) { return store.positions_of(view.pages[slot / p])[slot % p]; };
+  const auto position = [&](std::uint64_t slot) {
+    return store.positions_of(view.pages[slot / p])[slot % p];
+  };
   const auto lower = [&](Position target) {
     std::uint64_t lo = 0, hi = view.written;
     while (lo < hi) {
@@ -58,40 +60,47 @@ void store_row(DLTensor& out, std::uint64_t index, const float* row, std::uint32
 }
 
 void check_out(const DLTensor& out, std::uint64_t queries, std::uint32_t heads, std::uint32_t dim) {
-  const bool dtype_ok = out.dtype.lanes == 1 && ((out.dtype.code == kDLFloat && (out.dtype.bits == 32 || out.dtype.bits == 16)) ||
-                                                 (out.dtype.code == kDLBfloat && out.dtype.bits == 16));
-  const bool shape_ok = out.ndim == 3 && out.shape[0] == static_cast<std::int64_t>(queries) &&
-                        out.shape[1] == heads && out.shape[2] == dim &&
-                        (out.strides == nullptr || (out.strides[2] == 1 && out.strides[1] == dim &&
-                                                    out.strides[0] == static_cast<std::int64_t>(heads) * dim));
+  const bool dtype_ok =
+      out.dtype.lanes == 1 &&
+      ((out.dtype.code == kDLFloat && (out.dtype.bits == 32 || out.dtype.bits == 16)) ||
+       (out.dtype.code == kDLBfloat && out.dtype.bits == 16));
+  const bool shape_ok =
+      out.ndim == 3 && out.shape[0] == static_cast<std::int64_t>(queries) &&
+      out.shape[1] == heads && out.shape[2] == dim &&
+      (out.strides == nullptr || (out.strides[2] == 1 && out.strides[1] == dim &&
+                                  out.strides[0] == static_cast<std::int64_t>(heads) * dim));
   if (!dtype_ok || !shape_ok || out.data == nullptr ||
       (out.device.device_type != kDLCPU && out.device.device_type != kDLCUDAHost))
-    throw Error(Code::invalid_argument,
-                "out must be a host float32/float16/bfloat16 tensor [" + std::to_string(queries) + ", " +
-                    std::to_string(heads) + ", " + std::to_string(dim) + "], row-major");
+    throw Error(Code::invalid_argument, "out must be a host float32/float16/bfloat16 tensor [" +
+                                            std::to_string(queries) + ", " + std::to_string(heads) +
+                                            ", " + std::to_string(dim) + "], row-major");
 }
 
 void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   auto* store = dynamic_cast<PagedStore*>(&base);
-  if (store == nullptr) throw Error(Code::unsupported, "cpu-tbb attention reads cpu-tbb stores only");
+  if (store == nullptr)
+    throw Error(Code::unsupported, "cpu-tbb attention reads cpu-tbb stores only");
   const ModelShape& model = store->spec().model;
   const std::uint32_t heads = model.q_heads, kv_heads = model.kv_heads, dim = model.head_dim;
   const std::uint32_t group = heads / kv_heads, page = store->page_size();
   if (prefill != !r.query_counts.empty())
-    throw Error(Code::invalid_argument, prefill ? "prefill needs query_counts" : "decode takes no query_counts");
+    throw Error(Code::invalid_argument,
+                prefill ? "prefill needs query_counts" : "decode takes no query_counts");
   if (prefill && r.query_counts.size() != r.sequences.size())
     throw Error(Code::invalid_argument, "one query count per sequence");
   std::vector<std::size_t> query_sequence;  // the sequence of each query
   for (std::size_t i = 0; i < r.sequences.size(); ++i)
     query_sequence.insert(query_sequence.end(), prefill ? r.query_counts[i] : 1, i);
   const std::uint64_t queries = query_sequence.size();
-  if (r.q == nullptr || r.out == nullptr) throw Error(Code::invalid_argument, "q and out are required");
+  if (r.q == nullptr || r.out == nullptr)
+    throw Error(Code::invalid_argument, "q and out are required");
   const InputRows q_rows(*r.q, queries, heads, dim, "q");
   check_out(*r.out, queries, heads, dim);
   if (r.visible.max_ranges == 0 || r.visible.counts.size() != queries ||
       r.visible.ranges.size() < queries * r.visible.max_ranges)
-    throw Error(Code::invalid_argument, "visible ranges: one entry of max_ranges ranges per query (" +
-                                            std::to_string(queries) + " queries)");
+    throw Error(Code::invalid_argument,
+                "visible ranges: one entry of max_ranges ranges per query (" +
+                    std::to_string(queries) + " queries)");
   if (r.layer >= model.layers) throw Error(Code::invalid_argument, "layer out of range");
 
   const auto lock = store->lock_shared();
@@ -99,8 +108,9 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   for (std::size_t i = 0; i < r.sequences.size(); ++i) {
     views.push_back(store->view(r.sequences[i], r.layer));
     if (prefill && r.query_counts[i] > views.back().written)
-      throw Error(Code::invalid_argument, "sequence " + std::to_string(r.sequences[i]) + " has only " +
-                                              std::to_string(views.back().written) + " written slots for " +
+      throw Error(Code::invalid_argument, "sequence " + std::to_string(r.sequences[i]) +
+                                              " has only " + std::to_string(views.back().written) +
+                                              " written slots for " +
                                               std::to_string(r.query_counts[i]) + " queries");
   }
 
@@ -152,7 +162,8 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
           }
         }
       }
-      if (!item.segments.empty() || first_item[i * kv_heads + h] == items.size()) items.push_back(std::move(item));
+      if (!item.segments.empty() || first_item[i * kv_heads + h] == items.size())
+        items.push_back(std::move(item));
     }
   }
   first_item.back() = items.size();
@@ -172,20 +183,24 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
           const SlotCodec& codec = value ? vc : kc;
           float* rows = value ? v : k;
           // Slots of a token group still being filled wait in the residual, not in the page.
-          const std::uint64_t complete = codec.spec().groups_tokens()
-                                             ? view.written / codec.spec().group * codec.spec().group
-                                             : view.written;
+          const std::uint64_t complete =
+              codec.spec().groups_tokens() ? view.written / codec.spec().group * codec.spec().group
+                                           : view.written;
           const std::uint64_t split = std::clamp(complete, b, e);
           // The tile two pages ahead starts arriving now (one page ahead is already on its way).
           const std::uint64_t ahead_slot = (b / page + 2) * page;
-          const std::byte* ahead = ahead_slot < s.end
-                                       ? store->tile_of(view.pages[ahead_slot / page], r.layer, item.kv_head, value)
-                                       : nullptr;
+          const std::byte* ahead =
+              ahead_slot < s.end
+                  ? store->tile_of(view.pages[ahead_slot / page], r.layer, item.kv_head, value)
+                  : nullptr;
           if (split > b)
-            codec.decode_rows(store->tile_of(p, r.layer, item.kv_head, value), static_cast<std::uint32_t>(b % page),
-                              static_cast<std::uint32_t>(split - b), rows, ahead, codec.layout().tile_bytes);
+            codec.decode_rows(store->tile_of(p, r.layer, item.kv_head, value),
+                              static_cast<std::uint32_t>(b % page),
+                              static_cast<std::uint32_t>(split - b), rows, ahead,
+                              codec.layout().tile_bytes);
           for (std::uint64_t slot = split; slot < e; ++slot)
-            store->decode_row(r.sequences[seq], r.layer, item.kv_head, value, slot, rows + (slot - b) * dim);
+            store->decode_row(r.sequences[seq], r.layer, item.kv_head, value, slot,
+                              rows + (slot - b) * dim);
         }
         body(p, b, n);
         b = e;
@@ -194,17 +209,21 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   };
 
   std::vector<SoftmaxState> partial(items.size(), SoftmaxState(group, dim));
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, items.size()), [&](const tbb::blocked_range<std::size_t>& range) {
-    // Blocks are padded to whole groups of 16 rows (see attend_block).
-    std::vector<float> k(std::size_t{(page + 15) / 16 * 16} * dim), v(k.size()), logits(std::size_t{group} * page);
-    for (std::size_t it = range.begin(); it != range.end(); ++it) {
-      const Item& item = items[it];
-      const float* qg = q.data() + (item.query * heads + std::size_t{item.kv_head} * group) * dim;
-      for_each_block(item, k.data(), v.data(), [&](PageId, std::uint64_t, std::uint32_t n) {
-        attend_block(qg, group, dim, k.data(), v.data(), n, partial[it], logits.data());
+  tbb::parallel_for(
+      tbb::blocked_range<std::size_t>(0, items.size()),
+      [&](const tbb::blocked_range<std::size_t>& range) {
+        // Blocks are padded to whole groups of 16 rows (see attend_block).
+        std::vector<float> k(std::size_t{(page + 15) / 16 * 16} * dim), v(k.size()),
+            logits(std::size_t{group} * page);
+        for (std::size_t it = range.begin(); it != range.end(); ++it) {
+          const Item& item = items[it];
+          const float* qg =
+              q.data() + (item.query * heads + std::size_t{item.kv_head} * group) * dim;
+          for_each_block(item, k.data(), v.data(), [&](PageId, std::uint64_t, std::uint32_t n) {
+            attend_block(qg, group, dim, k.data(), v.data(), n, partial[it], logits.data());
+          });
+        }
       });
-    }
-  });
 
   // Merge the splits of each (query, KV head), normalize, write.
   std::vector<SoftmaxState> merged;
@@ -212,10 +231,12 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   std::vector<float> row(dim);
   for (std::uint64_t pair = 0; pair < queries * kv_heads; ++pair) {
     SoftmaxState state = partial[first_item[pair]];
-    for (std::size_t it = first_item[pair] + 1; it < first_item[pair + 1]; ++it) state.merge(partial[it], dim);
+    for (std::size_t it = first_item[pair] + 1; it < first_item[pair + 1]; ++it)
+      state.merge(partial[it], dim);
     for (std::uint32_t g = 0; g < group; ++g) {
       const float inverse = state.l[g] > 0.0f ? 1.0f / state.l[g] : 0.0f;
-      for (std::uint32_t d = 0; d < dim; ++d) row[d] = state.acc[std::size_t{g} * dim + d] * inverse;
+      for (std::uint32_t d = 0; d < dim; ++d)
+        row[d] = state.acc[std::size_t{g} * dim + d] * inverse;
       const std::uint64_t query = pair / kv_heads;
       const std::uint32_t head = static_cast<std::uint32_t>(pair % kv_heads) * group + g;
       store_row(*r.out, query * heads + head, row.data(), dim);
@@ -225,29 +246,40 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
 
   if (!r.accumulate_scores) return;
   // Each visible key's final softmax weight, summed over the group's heads, added to its slot.
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, items.size()), [&](const tbb::blocked_range<std::size_t>& range) {
-    std::vector<float> k(std::size_t{page} * dim), v(k.size()), logits(std::size_t{group} * page);
-    for (std::size_t it = range.begin(); it != range.end(); ++it) {
-      const Item& item = items[it];
-      const SoftmaxState& final_state = merged[item.query * kv_heads + item.kv_head];
-      const float* qg = q.data() + (item.query * heads + std::size_t{item.kv_head} * group) * dim;
-      for_each_block(item, k.data(), v.data(), [&](PageId p, std::uint64_t first, std::uint32_t n) {
-        block_logits(qg, group, dim, k.data(), n, logits.data());
-        float* scores = store->scores_of(p);
-        for (std::uint32_t j = 0; j < n; ++j) {
-          float weight = 0.0f;
-          for (std::uint32_t g = 0; g < group; ++g)
-            weight += std::exp2(logits[std::size_t{g} * n + j] - final_state.m[g]) / final_state.l[g];
-          std::atomic_ref<float>(scores[(first + j) % page]).fetch_add(weight, std::memory_order_relaxed);
+  tbb::parallel_for(
+      tbb::blocked_range<std::size_t>(0, items.size()),
+      [&](const tbb::blocked_range<std::size_t>& range) {
+        std::vector<float> k(std::size_t{page} * dim), v(k.size()),
+            logits(std::size_t{group} * page);
+        for (std::size_t it = range.begin(); it != range.end(); ++it) {
+          const Item& item = items[it];
+          const SoftmaxState& final_state = merged[item.query * kv_heads + item.kv_head];
+          const float* qg =
+              q.data() + (item.query * heads + std::size_t{item.kv_head} * group) * dim;
+          for_each_block(
+              item, k.data(), v.data(), [&](PageId p, std::uint64_t first, std::uint32_t n) {
+                block_logits(qg, group, dim, k.data(), n, logits.data());
+                float* scores = store->scores_of(p);
+                for (std::uint32_t j = 0; j < n; ++j) {
+                  float weight = 0.0f;
+                  for (std::uint32_t g = 0; g < group; ++g)
+                    weight += std::exp2(logits[std::size_t{g} * n + j] - final_state.m[g]) /
+                              final_state.l[g];
+                  std::atomic_ref<float>(scores[(first + j) % page])
+                      .fetch_add(weight, std::memory_order_relaxed);
+                }
+              });
         }
       });
-    }
-  });
 }
 
 }  // namespace
 
-void CpuAttention::decode(CacheStore& store, const AttentionRequest& request) { run(store, request, false); }
-void CpuAttention::prefill(CacheStore& store, const AttentionRequest& request) { run(store, request, true); }
+void CpuAttention::decode(CacheStore& store, const AttentionRequest& request) {
+  run(store, request, false);
+}
+void CpuAttention::prefill(CacheStore& store, const AttentionRequest& request) {
+  run(store, request, true);
+}
 
 }  // namespace kvcache::cpu

@@ -25,12 +25,15 @@ std::string cpu_model() {
 
 }  // namespace
 
-CpuBackend::CpuBackend(const sdk::Options& options) { options.only({}); }
+CpuBackend::CpuBackend(const sdk::Options& options) {
+  options.only({});
+}
 
 std::vector<DeviceInfo> CpuBackend::devices() const {
   const auto pages = static_cast<std::uint64_t>(sysconf(_SC_PHYS_PAGES));
   const auto page_size = static_cast<std::uint64_t>(sysconf(_SC_PAGE_SIZE));
-  return {{0, cpu_model() + " (" + std::to_string(std::thread::hardware_concurrency()) + " threads)",
+  return {{0,
+           cpu_model() + " (" + std::to_string(std::thread::hardware_concurrency()) + " threads)",
            pages * page_size, true, ""}};
 }
 
@@ -42,6 +45,8 @@ std::unique_ptr<CacheStore> CpuBackend::create_store(const StoreSpec& spec) {
 
 namespace kvcache::cpu {
 
-std::unique_ptr<Attention> CpuBackend::create_attention() { return std::make_unique<CpuAttention>(); }
+std::unique_ptr<Attention> CpuBackend::create_attention() {
+  return std::make_unique<CpuAttention>();
+}
 
 }  // namespace kvcache::cpu

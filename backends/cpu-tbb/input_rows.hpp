@@ -22,7 +22,8 @@ class InputRows {
   // Asks for the row of (r, h) to be brought into cache while other work goes on.
   void prefetch(std::uint64_t r, std::uint32_t h) const {
     const std::byte* p = base_ + (r * heads_ + h) * dim_ * (bits_ / 8);
-    for (std::uint32_t offset = 0; offset < dim_ * (bits_ / 8u); offset += 64) __builtin_prefetch(p + offset, 0, 2);
+    for (std::uint32_t offset = 0; offset < dim_ * (bits_ / 8u); offset += 64)
+      __builtin_prefetch(p + offset, 0, 2);
   }
 
   // The row of (r, h) as float32: in place for float32 input, else converted into `scratch`.

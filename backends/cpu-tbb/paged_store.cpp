@@ -16,7 +16,9 @@
 namespace kvcache::cpu {
 namespace {
 
-std::string pages_text(std::uint64_t n) { return std::to_string(n) + (n == 1 ? " page" : " pages"); }
+std::string pages_text(std::uint64_t n) {
+  return std::to_string(n) + (n == 1 ? " page" : " pages");
+}
 
 const StoreSpec& validated(const StoreSpec& s) {
   const ModelShape& m = s.model;
@@ -64,7 +66,8 @@ PagedStore::PagedStore(const StoreSpec& spec)
                 (k_codec_.layout().tile_bytes + v_codec_.layout().tile_bytes);
   const std::size_t total = layer_stride_ * spec_.model.layers;
   memory_.reset(static_cast<std::byte*>(std::aligned_alloc(64, (total + 63) / 64 * 64)));
-  if (!memory_) throw Error(Code::out_of_memory, "cannot allocate " + std::to_string(total) + " bytes");
+  if (!memory_)
+    throw Error(Code::out_of_memory, "cannot allocate " + std::to_string(total) + " bytes");
   // Touch every page now, in parallel: the pools are committed at creation, so no append ever
   // pays for a page fault (and each page lands on the NUMA node of a worker).
   const int fill = spec_.poison_unused ? 0xFF : 0;
@@ -72,7 +75,8 @@ PagedStore::PagedStore(const StoreSpec& spec)
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, (total + block - 1) / block),
                     [&](const tbb::blocked_range<std::size_t>& r) {
                       for (std::size_t b = r.begin(); b != r.end(); ++b)
-                        std::memset(memory_.get() + b * block, fill, std::min(block, total - b * block));
+                        std::memset(memory_.get() + b * block, fill,
+                                    std::min(block, total - b * block));
                     });
   positions_ = std::make_unique<Position[]>(std::size_t{pages} * page_size_);
   scores_ = std::make_unique<float[]>(std::size_t{pages} * page_size_);
@@ -91,7 +95,8 @@ const PagedStore::Sequence& PagedStore::find(SeqId id) const {
   return const_cast<PagedStore*>(this)->find(id);
 }
 
-std::byte* PagedStore::tile(PageId page, std::uint32_t layer, std::uint32_t head, bool value) const {
+std::byte* PagedStore::tile(PageId page, std::uint32_t layer, std::uint32_t head,
+                            bool value) const {
   const SlotCodec& codec = value ? v_codec_ : k_codec_;
   return memory_.get() + layer * layer_stride_ + (value ? k_pool_bytes_ : 0) +
          (std::size_t{page} * spec_.model.kv_heads + head) * codec.layout().tile_bytes;
@@ -137,7 +142,8 @@ void PagedStore::poison_slots(PageId page, std::uint32_t from_slot) {
 void PagedStore::copy_page(PageId from, PageId to) {
   for (std::uint32_t layer = 0; layer < spec_.model.layers; ++layer) {
     for (const bool value : {false, true}) {
-      const std::size_t bytes = spec_.model.kv_heads * (value ? v_codec_ : k_codec_).layout().tile_bytes;
+      const std::size_t bytes =
+          spec_.model.kv_heads * (value ? v_codec_ : k_codec_).layout().tile_bytes;
       std::memcpy(tile(to, layer, 0, value), tile(from, layer, 0, value), bytes);
     }
   }
@@ -149,7 +155,8 @@ void PagedStore::copy_page(PageId from, PageId to) {
 void PagedStore::copy_slot(PageId from, std::uint32_t from_slot, PageId to, std::uint32_t to_slot) {
   for (std::uint32_t layer = 0; layer < spec_.model.layers; ++layer) {
     for (std::uint32_t h = 0; h < spec_.model.kv_heads; ++h) {
-      k_codec_.copy_slot(tile(from, layer, h, false), from_slot, tile(to, layer, h, false), to_slot);
+      k_codec_.copy_slot(tile(from, layer, h, false), from_slot, tile(to, layer, h, false),
+                         to_slot);
       v_codec_.copy_slot(tile(from, layer, h, true), from_slot, tile(to, layer, h, true), to_slot);
     }
   }
@@ -169,7 +176,8 @@ std::uint16_t* PagedStore::residual_row(Sequence& s, std::uint32_t layer, std::u
   const std::uint32_t group = (value ? v_codec_ : k_codec_).spec().group;
   std::vector<std::uint16_t>& residual = value ? s.residual_v : s.residual_k;
   return residual.data() +
-         ((std::size_t{layer} * spec_.model.kv_heads + head) * group + slot % group) * spec_.model.head_dim;
+         ((std::size_t{layer} * spec_.model.kv_heads + head) * group + slot % group) *
+             spec_.model.head_dim;
 }
 
 void PagedStore::encode_groups(const Sequence& s, std::uint32_t layer, std::uint32_t head,
@@ -187,7 +195,8 @@ void PagedStore::encode_groups(const Sequence& s, std::uint32_t layer, std::uint
     for (std::uint64_t slot = start; slot < start + group; ++slot) {
       float* out = group_rows + (slot - start) * dim;
       if (slot < append_begin) {
-        const std::uint16_t* held = residual_row(const_cast<Sequence&>(s), layer, head, value, slot);
+        const std::uint16_t* held =
+            residual_row(const_cast<Sequence&>(s), layer, head, value, slot);
         for (std::uint32_t i = 0; i < dim; ++i) out[i] = float_from_fp16(held[i]);
       } else {
         const float* in = rows.row(first_row + (slot - append_begin), head, out);
@@ -236,7 +245,8 @@ SeqId PagedStore::create_sequence() {
   const SeqId id = next_id_++;
   Sequence& s = sequences_[id];
   s.written.assign(spec_.model.layers, 0);
-  const std::size_t per_group = std::size_t{spec_.model.layers} * spec_.model.kv_heads * spec_.model.head_dim;
+  const std::size_t per_group =
+      std::size_t{spec_.model.layers} * spec_.model.kv_heads * spec_.model.head_dim;
   if (k_codec_.spec().groups_tokens()) s.residual_k.assign(per_group * k_codec_.spec().group, 0);
   if (v_codec_.spec().groups_tokens()) s.residual_v.assign(per_group * v_codec_.spec().group, 0);
   return id;
@@ -342,7 +352,8 @@ void PagedStore::append(std::uint32_t layer, std::span<const SeqId> ids,
   for (std::size_t i = 0; i < seqs.size(); ++i) {
     for (std::uint32_t b = 0; b < counts[i];) {
       const std::uint64_t slot = seqs[i]->written[layer] + b;
-      const auto e = static_cast<std::uint32_t>(std::min<std::uint64_t>(counts[i], b + chunk - slot % chunk));
+      const auto e =
+          static_cast<std::uint32_t>(std::min<std::uint64_t>(counts[i], b + chunk - slot % chunk));
       chunks.push_back({i, b, e});
       b = e;
     }
@@ -484,7 +495,8 @@ std::vector<T> PagedStore::per_slot(SeqId id, PerPage&& of_page) const {
   std::shared_lock lock(mutex_);
   const Sequence& s = find(id);
   std::vector<T> out(s.length);
-  for (std::uint64_t slot = 0; slot < s.length; ++slot) out[slot] = of_page(s.pages[slot / page_size_])[slot % page_size_];
+  for (std::uint64_t slot = 0; slot < s.length; ++slot)
+    out[slot] = of_page(s.pages[slot / page_size_])[slot % page_size_];
   return out;
 }
 
@@ -562,7 +574,8 @@ PageTable PagedStore::page_table(std::span<const SeqId> ids) const {
     t.indices.insert(t.indices.end(), s.pages.begin(), s.pages.end());
     t.indptr.push_back(static_cast<std::int32_t>(t.indices.size()));
     t.last_page_len.push_back(
-        s.pages.empty() ? 0 : static_cast<std::int32_t>(s.length - (s.pages.size() - 1) * page_size_));
+        s.pages.empty() ? 0
+                        : static_cast<std::int32_t>(s.length - (s.pages.size() - 1) * page_size_));
   }
   return t;
 }

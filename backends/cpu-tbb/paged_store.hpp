@@ -13,10 +13,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "input_rows.hpp"
 #include "kvcache/cache_store.hpp"
 #include "page_pool.hpp"
 #include "prefix_index.hpp"
-#include "input_rows.hpp"
 #include "slot_codec.hpp"
 
 namespace kvcache::cpu {
@@ -85,7 +85,9 @@ class PagedStore final : public CacheStore {
   Sequence& find(SeqId id);
   const Sequence& find(SeqId id) const;
   std::byte* tile(PageId page, std::uint32_t layer, std::uint32_t head, bool value) const;
-  Position* slot_positions(PageId page) const { return positions_.get() + std::size_t{page} * page_size_; }
+  Position* slot_positions(PageId page) const {
+    return positions_.get() + std::size_t{page} * page_size_;
+  }
   bool fully_written(const Sequence& s) const;
   // A page for writing: a free one, else the oldest cached one (forgotten by the prefix index).
   PageId take_page();

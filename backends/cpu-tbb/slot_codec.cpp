@@ -19,8 +19,9 @@ namespace {
 
 bool has_avx512() {
   static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                          __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+                          __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("f16c") &&
+                          __builtin_cpu_supports("fma");
   return yes;
 }
 
@@ -32,15 +33,20 @@ bool has_avx512() {
 KVCACHE_AVX512 __m512 round_quotient(__m512 x, __m512 s, __m512 r) {
   const __m512 t = _mm512_mul_ps(x, r);
   // vreduceps: t minus t rounded to an integer, in one instruction.
-  const __m512 rest = _mm512_abs_ps(_mm512_reduce_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  const __m512 q = _mm512_cmp_ps_mask(rest, _mm512_set1_ps(0.5f - 1e-4f), _CMP_GT_OQ) == 0 ? t : _mm512_div_ps(x, s);
+  const __m512 rest =
+      _mm512_abs_ps(_mm512_reduce_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  const __m512 q = _mm512_cmp_ps_mask(rest, _mm512_set1_ps(0.5f - 1e-4f), _CMP_GT_OQ) == 0
+                       ? t
+                       : _mm512_div_ps(x, s);
   return _mm512_roundscale_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 
 // Largest |x| of a row of d floats (d a multiple of 16), four independent chains.
 KVCACHE_AVX512 float max_abs_avx512(const float* row, std::uint32_t d) {
-  __m512 m[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-  for (std::uint32_t i = 0; i < d; i += 16) m[(i / 16) % 4] = _mm512_max_ps(m[(i / 16) % 4], _mm512_abs_ps(_mm512_loadu_ps(row + i)));
+  __m512 m[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                 _mm512_setzero_ps()};
+  for (std::uint32_t i = 0; i < d; i += 16)
+    m[(i / 16) % 4] = _mm512_max_ps(m[(i / 16) % 4], _mm512_abs_ps(_mm512_loadu_ps(row + i)));
   return _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m[0], m[1]), _mm512_max_ps(m[2], m[3])));
 }
 
@@ -65,7 +71,8 @@ KVCACHE_AVX512 void encode_int8_rows(const float* row, std::uint32_t, std::byte*
   __mmask16 near_tie = 0;
   for (int i = 0; i < V; ++i) {
     t[i] = _mm512_mul_ps(x[i], reciprocal);
-    const __m512 rest = _mm512_abs_ps(_mm512_reduce_ps(t[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const __m512 rest =
+        _mm512_abs_ps(_mm512_reduce_ps(t[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     near_tie |= _mm512_cmp_ps_mask(rest, _mm512_set1_ps(0.5f - 1e-4f), _CMP_GT_OQ);
   }
   if (near_tie != 0)
@@ -73,13 +80,15 @@ KVCACHE_AVX512 void encode_int8_rows(const float* row, std::uint32_t, std::byte*
   // |x / scale| <= 127.5, so the saturating narrowing is the reference's clamp; the conversion
   // rounds half to even (the default rounding mode).
   for (int i = 0; i < V; ++i)
-    _mm_stream_si128(reinterpret_cast<__m128i*>(codes + 16 * i), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(t[i])));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(codes + 16 * i),
+                     _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(t[i])));
 }
 
 KVCACHE_AVX512 void encode_fp16_avx512(const float* row, std::uint32_t d, std::byte* codes,
                                        std::byte*) {
   for (std::uint32_t i = 0; i < d; i += 16) {
-    const __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(row + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256i h =
+        _mm512_cvtps_ph(_mm512_loadu_ps(row + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + 2 * i), h);
   }
 }
@@ -93,8 +102,8 @@ KVCACHE_AVX512 void encode_bf16_avx512(const float* row, std::uint32_t d, std::b
     const __m512i bits = _mm512_castps_si512(_mm512_loadu_ps(row + i));
     const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, abs_mask), inf);
     const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-    const __m512i rounded =
-        _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), 16);
+    const __m512i rounded = _mm512_srli_epi32(
+        _mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), 16);
     const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x0040));
     const __m512i result = _mm512_mask_blend_epi32(nan, rounded, quiet);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + 2 * i), _mm512_cvtepi32_epi16(result));
@@ -110,22 +119,26 @@ KVCACHE_AVX512 void encode_fp8_avx512(const float* row, std::uint32_t d, std::by
   const __m512 vscale = _mm512_set1_ps(scale);
   for (std::uint32_t i = 0; i < d; i += 16) {
     const __m512 y = _mm512_div_ps(_mm512_loadu_ps(row + i), vscale);
-    const __m512i sign = _mm512_srli_epi32(_mm512_and_si512(_mm512_castps_si512(y), _mm512_set1_epi32(INT32_MIN)), 24);
+    const __m512i sign = _mm512_srli_epi32(
+        _mm512_and_si512(_mm512_castps_si512(y), _mm512_set1_epi32(INT32_MIN)), 24);
     const __m512 a = _mm512_abs_ps(y);
     const __mmask16 saturated = _mm512_cmp_ps_mask(a, _mm512_set1_ps(kFp8E4M3Max), _CMP_GE_OQ);
     __m512 exponent = _mm512_max_ps(_mm512_getexp_ps(a), _mm512_set1_ps(-6.0f));
-    __m512 m = _mm512_roundscale_ps(_mm512_scalef_ps(a, _mm512_sub_ps(_mm512_set1_ps(3.0f), exponent)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 m =
+        _mm512_roundscale_ps(_mm512_scalef_ps(a, _mm512_sub_ps(_mm512_set1_ps(3.0f), exponent)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __mmask16 carry = _mm512_cmp_ps_mask(m, _mm512_set1_ps(16.0f), _CMP_EQ_OQ);
     m = _mm512_mask_mov_ps(m, carry, _mm512_set1_ps(8.0f));
     exponent = _mm512_mask_add_ps(exponent, carry, exponent, _mm512_set1_ps(1.0f));
     const __m512i mi = _mm512_cvtps_epi32(m);
     const __m512i biased = _mm512_add_epi32(_mm512_cvtps_epi32(exponent), _mm512_set1_epi32(7));
-    const __m512i normal = _mm512_or_si512(_mm512_slli_epi32(biased, 3), _mm512_sub_epi32(mi, _mm512_set1_epi32(8)));
+    const __m512i normal =
+        _mm512_or_si512(_mm512_slli_epi32(biased, 3), _mm512_sub_epi32(mi, _mm512_set1_epi32(8)));
     const __mmask16 subnormal = _mm512_cmplt_epi32_mask(mi, _mm512_set1_epi32(8));
     __m512i code = _mm512_mask_mov_epi32(normal, subnormal, mi);
     code = _mm512_mask_mov_epi32(code, saturated, _mm512_set1_epi32(0x7E));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm512_cvtepi32_epi8(_mm512_or_si512(code, sign)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i),
+                     _mm512_cvtepi32_epi8(_mm512_or_si512(code, sign)));
   }
 }
 
@@ -149,58 +162,69 @@ KVCACHE_AVX512 void encode_int4_avx512(const float* row, std::uint32_t d, std::u
     for (std::uint32_t i = start; i < start + group; i += 16) {
       __m512i q = _mm512_setzero_si512();
       if (scale > 0.0f) {
-        const __m512 r = round_quotient(_mm512_sub_ps(_mm512_loadu_ps(row + i), _mm512_set1_ps(minimum)),
-                                        vscale, reciprocal);
-        q = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(r, _mm512_setzero_ps()), _mm512_set1_ps(15.0f)));
+        const __m512 r = round_quotient(
+            _mm512_sub_ps(_mm512_loadu_ps(row + i), _mm512_set1_ps(minimum)), vscale, reciprocal);
+        q = _mm512_cvtps_epi32(
+            _mm512_min_ps(_mm512_max_ps(r, _mm512_setzero_ps()), _mm512_set1_ps(15.0f)));
       }
       const __m128i bytes = _mm512_cvtepi32_epi8(q);  // 16 codes, one per byte
-      const __m128i pairs = _mm_or_si128(_mm_and_si128(bytes, _mm_set1_epi16(0x000F)),
-                                         _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi16(0x00F0)));
+      const __m128i pairs =
+          _mm_or_si128(_mm_and_si128(bytes, _mm_set1_epi16(0x000F)),
+                       _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi16(0x00F0)));
       _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i / 2), _mm_packus_epi16(pairs, pairs));
     }
   }
 }
 
-KVCACHE_AVX512 void decode_fp32(const std::byte* codes, const std::byte*, std::uint32_t values, float* out) {
+KVCACHE_AVX512 void decode_fp32(const std::byte* codes, const std::byte*, std::uint32_t values,
+                                float* out) {
   std::memcpy(out, codes, std::size_t{values} * sizeof(float));
 }
 
-KVCACHE_AVX512 void decode_fp16_avx512(const std::byte* codes, const std::byte*, std::uint32_t values, float* out) {
+KVCACHE_AVX512 void decode_fp16_avx512(const std::byte* codes, const std::byte*,
+                                       std::uint32_t values, float* out) {
   for (std::uint32_t i = 0; i < values; i += 16)
-    _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 2 * i))));
+    _mm512_storeu_ps(
+        out + i,
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 2 * i))));
 }
 
-KVCACHE_AVX512 void decode_bf16_avx512(const std::byte* codes, const std::byte*, std::uint32_t values, float* out) {
+KVCACHE_AVX512 void decode_bf16_avx512(const std::byte* codes, const std::byte*,
+                                       std::uint32_t values, float* out) {
   for (std::uint32_t i = 0; i < values; i += 16) {
-    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 2 * i)));
+    const __m512i w =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 2 * i)));
     _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
   }
 }
 
-KVCACHE_AVX512 void decode_int8_avx512(const std::byte* codes, const std::byte* meta, std::uint32_t d,
-                                       float* out) {
+KVCACHE_AVX512 void decode_int8_avx512(const std::byte* codes, const std::byte* meta,
+                                       std::uint32_t d, float* out) {
   float scale;
   std::memcpy(&scale, meta, sizeof(scale));
   const __m512 s = _mm512_set1_ps(scale);
   for (std::uint32_t i = 0; i < d; i += 16) {
-    const __m512i c = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)));
+    const __m512i c =
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)));
     _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_cvtepi32_ps(c), s));
   }
 }
 
 // 16 fp8 E4M3 codes to floats, times the token-head scale.
-KVCACHE_AVX512 void decode_fp8_avx512(const std::byte* codes, const std::byte* meta, std::uint32_t d,
-                                      float* out) {
+KVCACHE_AVX512 void decode_fp8_avx512(const std::byte* codes, const std::byte* meta,
+                                      std::uint32_t d, float* out) {
   float scale;
   std::memcpy(&scale, meta, sizeof(scale));
   const __m512 s = _mm512_set1_ps(scale);
   for (std::uint32_t i = 0; i < d; i += 16) {
-    const __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)));
+    const __m512i c =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)));
     const __m512i exponent = _mm512_and_si512(_mm512_srli_epi32(c, 3), _mm512_set1_epi32(0xF));
     const __m512i mantissa = _mm512_and_si512(c, _mm512_set1_epi32(7));
     // Normal: rebias 7 -> 127 and widen the mantissa; subnormal (exponent 0): mantissa * 2^-9.
-    const __m512i normal = _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(exponent, _mm512_set1_epi32(120)), 23),
-                                           _mm512_slli_epi32(mantissa, 20));
+    const __m512i normal =
+        _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(exponent, _mm512_set1_epi32(120)), 23),
+                        _mm512_slli_epi32(mantissa, 20));
     const __m512 subnormal = _mm512_mul_ps(_mm512_cvtepi32_ps(mantissa), _mm512_set1_ps(0x1p-9f));
     const __mmask16 is_sub = _mm512_cmpeq_epi32_mask(exponent, _mm512_setzero_si512());
     __m512 value = _mm512_mask_mov_ps(_mm512_castsi512_ps(normal), is_sub, subnormal);
@@ -212,16 +236,19 @@ KVCACHE_AVX512 void decode_fp8_avx512(const std::byte* codes, const std::byte* m
 
 // int4-group with groups of 32: 8 bytes hold 16 codes (even element in the low nibble);
 // code * scale + minimum, with the row's fp16 scales and minima widened together first.
-KVCACHE_AVX512 void decode_int4_avx512(const std::byte* codes, const std::byte* meta, std::uint32_t d,
-                                       float* out) {
+KVCACHE_AVX512 void decode_int4_avx512(const std::byte* codes, const std::byte* meta,
+                                       std::uint32_t d, float* out) {
   constexpr std::uint32_t Group = 32;
   alignas(64) float params[2 * 256 / Group];  // (scale, minimum) per group, head_dim <= 256
   for (std::uint32_t h = 0; h < 2 * d / Group; h += 8)
-    _mm256_store_ps(params + h, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(meta + 2 * h))));
+    _mm256_store_ps(
+        params + h,
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(meta + 2 * h))));
   for (std::uint32_t i = 0; i < d; i += 16) {
     const __m128i packed = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i / 2));
-    const __m128i bytes = _mm_unpacklo_epi8(_mm_and_si128(packed, _mm_set1_epi8(0x0F)),
-                                            _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)));
+    const __m128i bytes =
+        _mm_unpacklo_epi8(_mm_and_si128(packed, _mm_set1_epi8(0x0F)),
+                          _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)));
     const __m512 x = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes));
     _mm512_storeu_ps(out + i, _mm512_fmadd_ps(x, _mm512_set1_ps(params[2 * (i / Group)]),
                                               _mm512_set1_ps(params[2 * (i / Group) + 1])));
@@ -238,8 +265,10 @@ SlotCodec::SlotCodec(const FormatSpec& spec, std::uint32_t head_dim, std::uint32
     throw Error(Code::unsupported, "format " + spec.name() + " has no per-slot layout");
   if (spec.kind == FormatKind::fp32) fast_decode_ = &decode_fp32;
   if (has_avx512() && head_dim % 16 == 0) {
-    if (spec.kind == FormatKind::int8_per_token && head_dim == 128) fast_encode_ = &encode_int8_rows<8>;
-    if (spec.kind == FormatKind::int8_per_token && head_dim == 64) fast_encode_ = &encode_int8_rows<4>;
+    if (spec.kind == FormatKind::int8_per_token && head_dim == 128)
+      fast_encode_ = &encode_int8_rows<8>;
+    if (spec.kind == FormatKind::int8_per_token && head_dim == 64)
+      fast_encode_ = &encode_int8_rows<4>;
     if (spec.kind == FormatKind::fp16) fast_encode_ = &encode_fp16_avx512;
     if (spec.kind == FormatKind::bf16) fast_encode_ = &encode_bf16_avx512;
     if (spec.kind == FormatKind::fp8_e4m3) fast_encode_ = &encode_fp8_avx512;
@@ -249,7 +278,8 @@ SlotCodec::SlotCodec(const FormatSpec& spec, std::uint32_t head_dim, std::uint32
     if (spec.kind == FormatKind::int8_per_token) fast_decode_ = &decode_int8_avx512;
     if (spec.kind == FormatKind::fp8_e4m3) fast_decode_ = &decode_fp8_avx512;
     // The scales are widened in blocks of 8 halves: 4 groups of 32 at a time.
-    if (spec.kind == FormatKind::int4_group && spec.group == 32 && head_dim <= 256 && head_dim % 128 == 0)
+    if (spec.kind == FormatKind::int4_group && spec.group == 32 && head_dim <= 256 &&
+        head_dim % 128 == 0)
       fast_decode_ = &decode_int4_avx512;
   }
 }
@@ -283,7 +313,9 @@ void SlotCodec::decode_rows(const std::byte* tile, std::uint32_t first_slot, std
   }
 }
 
-void SlotCodec::finish_writes() { _mm_sfence(); }
+void SlotCodec::finish_writes() {
+  _mm_sfence();
+}
 
 void SlotCodec::encode_group(const float* rows, std::byte* tile, std::uint32_t first_slot) const {
   reference::encode_group(spec_, std::span<const float>(rows, std::size_t{spec_.group} * head_dim_),

@@ -77,13 +77,17 @@ KVCACHE_AVX512 void accumulate_avx512(const float* weights, std::uint32_t group,
 KVCACHE_AVX512 inline __attribute__((always_inline)) __m512 sum_lanes16(__m512 s[16]) {
   __m512 a[8], b[4], c[2];
   for (int i = 0; i < 8; ++i)
-    a[i] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], 0x44), _mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], 0xEE));
+    a[i] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], 0x44),
+                         _mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], 0xEE));
   for (int i = 0; i < 4; ++i)
-    b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x88), _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xDD));
+    b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xDD));
   for (int i = 0; i < 2; ++i)
-    c[i] = _mm512_add_ps(_mm512_unpacklo_ps(b[2 * i], b[2 * i + 1]), _mm512_unpackhi_ps(b[2 * i], b[2 * i + 1]));
-  return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(c[0]), _mm512_castps_pd(c[1]))),
-                       _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(c[0]), _mm512_castps_pd(c[1]))));
+    c[i] = _mm512_add_ps(_mm512_unpacklo_ps(b[2 * i], b[2 * i + 1]),
+                         _mm512_unpackhi_ps(b[2 * i], b[2 * i + 1]));
+  return _mm512_add_ps(
+      _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(c[0]), _mm512_castps_pd(c[1]))),
+      _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(c[0]), _mm512_castps_pd(c[1]))));
 }
 
 // Which input each output lane of sum_lanes16 holds, and the inverse, found by running the
@@ -114,7 +118,7 @@ template <int G, int D>
 KVCACHE_AVX512 void attend16(const float* q, const float* k, const float* v, std::uint32_t n,
                              float* m, float* l, float* acc) {
   static const SumOrder order;
-  constexpr int C = D / 16;                 // vectors per row
+  constexpr int C = D / 16;                   // vectors per row
   constexpr int H = C < 16 / G ? C : 16 / G;  // vectors per pass over the values
   const __m512i slot = _mm512_load_si512(order.slot_of_lane);
   const __m512i lane = _mm512_load_si512(order.lane_of_slot);
@@ -125,20 +129,23 @@ KVCACHE_AVX512 void attend16(const float* q, const float* k, const float* v, std
     // All 16 rows (missing ones are zeros, see attend_block): fixed trip counts unroll fully.
     for (int c = 0; c < C; ++c) {
       const __m512 qc = _mm512_loadu_ps(q + g * D + 16 * c);
-      for (int j = 0; j < 16; ++j) s[j] = _mm512_fmadd_ps(qc, _mm512_loadu_ps(k + j * D + 16 * c), s[j]);
+      for (int j = 0; j < 16; ++j)
+        s[j] = _mm512_fmadd_ps(qc, _mm512_loadu_ps(k + j * D + 16 * c), s[j]);
     }
     // Lane i is slot slot_of_lane[i]; lanes of missing slots get -inf.
     const __mmask16 present = _mm512_cmplt_epi32_mask(slot, _mm512_set1_epi32(static_cast<int>(n)));
     const __m512 logits = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), present, sum_lanes16(s));
     const float top = std::max(m[g], _mm512_reduce_max_ps(logits));
     const float correction = m[g] == -INFINITY ? 0.0f : exp2_scalar(m[g] - top);
-    const __m512 p = _mm512_maskz_mov_ps(present, exp2_avx512(_mm512_sub_ps(logits, _mm512_set1_ps(top))));
+    const __m512 p =
+        _mm512_maskz_mov_ps(present, exp2_avx512(_mm512_sub_ps(logits, _mm512_set1_ps(top))));
     l[g] = l[g] * correction + _mm512_reduce_add_ps(p);
     m[g] = top;
     _mm512_store_ps(weight[g], _mm512_permutexvar_ps(lane, p));  // back into slot order
     if (correction != 1.0f)
       for (int c = 0; c < C; ++c)
-        _mm512_storeu_ps(acc + g * D + 16 * c, _mm512_mul_ps(_mm512_loadu_ps(acc + g * D + 16 * c), _mm512_set1_ps(correction)));
+        _mm512_storeu_ps(acc + g * D + 16 * c, _mm512_mul_ps(_mm512_loadu_ps(acc + g * D + 16 * c),
+                                                             _mm512_set1_ps(correction)));
   }
   for (int pass = 0; pass < C; pass += H) {
     __m512 a[G][H];
@@ -157,15 +164,17 @@ KVCACHE_AVX512 void attend16(const float* q, const float* k, const float* v, std
   }
 }
 
-using Attend16 = void (*)(const float*, const float*, const float*, std::uint32_t, float*, float*, float*);
+using Attend16 = void (*)(const float*, const float*, const float*, std::uint32_t, float*, float*,
+                          float*);
 
 Attend16 specialized(std::uint32_t group, std::uint32_t dim) {
 #define KVCACHE_CASE(G, D) \
   if (group == G && dim == D) return &attend16<G, D>;
-  KVCACHE_CASE(1, 64) KVCACHE_CASE(2, 64) KVCACHE_CASE(4, 64) KVCACHE_CASE(8, 64)
-  KVCACHE_CASE(1, 128) KVCACHE_CASE(2, 128) KVCACHE_CASE(4, 128) KVCACHE_CASE(8, 128)
+  KVCACHE_CASE(1, 64)
+  KVCACHE_CASE(2, 64) KVCACHE_CASE(4, 64) KVCACHE_CASE(8, 64) KVCACHE_CASE(1, 128)
+      KVCACHE_CASE(2, 128) KVCACHE_CASE(4, 128) KVCACHE_CASE(8, 128)
 #undef KVCACHE_CASE
-  return nullptr;
+          return nullptr;
 }
 
 #pragma GCC diagnostic pop
@@ -208,8 +217,8 @@ void attend_block(const float* q, std::uint32_t group, std::uint32_t dim, float*
       std::fill(k + std::size_t{n} * dim, k + std::size_t{padded} * dim, 0.0f);
       std::fill(v + std::size_t{n} * dim, v + std::size_t{padded} * dim, 0.0f);
       for (std::uint32_t j = 0; j < n; j += 16)
-        fast(q, k + std::size_t{j} * dim, v + std::size_t{j} * dim, std::min(16u, n - j), state.m.data(),
-             state.l.data(), state.acc.data());
+        fast(q, k + std::size_t{j} * dim, v + std::size_t{j} * dim, std::min(16u, n - j),
+             state.m.data(), state.l.data(), state.acc.data());
       return;
     }
   }
@@ -235,7 +244,8 @@ void attend_block(const float* q, std::uint32_t group, std::uint32_t dim, float*
   for (std::uint32_t g = 0; g < group; ++g)
     for (std::uint32_t j = 0; j < n; ++j)
       for (std::uint32_t i = 0; i < dim; ++i)
-        state.acc[std::size_t{g} * dim + i] += logits[std::size_t{g} * n + j] * v[std::size_t{j} * dim + i];
+        state.acc[std::size_t{g} * dim + i] +=
+            logits[std::size_t{g} * n + j] * v[std::size_t{j} * dim + i];
 }
 
 void SoftmaxState::merge(const SoftmaxState& other, std::uint32_t dim) {

@@ -11,7 +11,9 @@ namespace kvcache::cpu {
 // Running state for `group` query heads: max logit m, sum of weights l, weighted sum of values.
 struct SoftmaxState {
   SoftmaxState(std::uint32_t group, std::uint32_t dim)
-      : m(group, -std::numeric_limits<float>::infinity()), l(group, 0.0f), acc(std::size_t{group} * dim, 0.0f) {}
+      : m(group, -std::numeric_limits<float>::infinity()),
+        l(group, 0.0f),
+        acc(std::size_t{group} * dim, 0.0f) {}
   std::vector<float> m;
   std::vector<float> l;
   std::vector<float> acc;  // [group][dim]

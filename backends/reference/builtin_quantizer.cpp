@@ -26,8 +26,8 @@ StorageFormat BuiltinQuantizer::describe(std::uint32_t head_dim, std::uint32_t p
   return format_layout(spec_, head_dim, page_size);
 }
 
-void BuiltinQuantizer::encode(const DLTensor& src, std::uint32_t first_slot, std::uint32_t page_size,
-                              void* tile) const {
+void BuiltinQuantizer::encode(const DLTensor& src, std::uint32_t first_slot,
+                              std::uint32_t page_size, void* tile) const {
   const auto [count, dim] = rows_of(src);
   const StorageFormat f = format_layout(spec_, dim, page_size);
   if (first_slot + count > page_size) throw Error(Code::invalid_argument, "slots beyond the page");
@@ -39,9 +39,11 @@ void BuiltinQuantizer::encode(const DLTensor& src, std::uint32_t first_slot, std
                   spec_.name() + " encodes whole groups of " + std::to_string(spec_.group) +
                       " tokens; a store keeps the newest ones in fp16 until their group fills");
     for (std::uint32_t g = 0; g < count; g += spec_.group)
-      reference::encode_group(spec_, std::span<const float>(rows + std::size_t{g} * dim, std::size_t{spec_.group} * dim),
-                              dim, t + slot_code_offset(f, first_slot + g),
-                              t + slot_meta_offset(spec_, f, dim, first_slot + g));
+      reference::encode_group(
+          spec_,
+          std::span<const float>(rows + std::size_t{g} * dim, std::size_t{spec_.group} * dim), dim,
+          t + slot_code_offset(f, first_slot + g),
+          t + slot_meta_offset(spec_, f, dim, first_slot + g));
     return;
   }
   for (std::uint32_t r = 0; r < count; ++r) {
@@ -60,7 +62,8 @@ void BuiltinQuantizer::decode(const void* tile, std::uint32_t first_slot, std::u
   auto* rows = static_cast<float*>(dst.data);
   for (std::uint32_t r = 0; r < count; ++r) {
     const std::uint32_t slot = first_slot + r;
-    reference::decode(spec_, t + slot_code_offset(f, slot), t + slot_meta_offset(spec_, f, dim, slot),
+    reference::decode(spec_, t + slot_code_offset(f, slot),
+                      t + slot_meta_offset(spec_, f, dim, slot),
                       std::span<float>(rows + std::size_t{r} * dim, dim));
   }
 }

@@ -2,9 +2,13 @@
 
 namespace kvcache::masks {
 
-Causal::Causal(const sdk::Options& options) { options.only({}); }
+Causal::Causal(const sdk::Options& options) {
+  options.only({});
+}
 
-MaskDescription Causal::describe() const { return {MaskKind::causal, 1, 0, 0, 0}; }
+MaskDescription Causal::describe() const {
+  return {MaskKind::causal, 1, 0, 0, 0};
+}
 
 void Causal::visible(std::span<const Position> queries, std::span<PositionRange> ranges,
                      std::span<std::uint32_t> counts) const {

@@ -7,7 +7,9 @@ Chunked::Chunked(const sdk::Options& options) {
   chunk_ = at_least(options, "chunk", 1);
 }
 
-MaskDescription Chunked::describe() const { return {MaskKind::chunked, 1, 0, 0, chunk_}; }
+MaskDescription Chunked::describe() const {
+  return {MaskKind::chunked, 1, 0, 0, chunk_};
+}
 
 void Chunked::visible(std::span<const Position> queries, std::span<PositionRange> ranges,
                       std::span<std::uint32_t> counts) const {

@@ -31,7 +31,8 @@ struct AttentionCase {
 };
 
 void PrintTo(const AttentionCase& c, std::ostream* os) {
-  *os << c.backend << " " << c.format << " q" << c.heads.q << "/kv" << c.heads.kv << " page " << c.page_size;
+  *os << c.backend << " " << c.format << " q" << c.heads.q << "/kv" << c.heads.kv << " page "
+      << c.page_size;
 }
 
 std::vector<AttentionCase> attention_cases() {
@@ -44,8 +45,9 @@ std::vector<AttentionCase> attention_cases() {
 }
 
 std::string case_name(const ::testing::TestParamInfo<AttentionCase>& info) {
-  std::string n = info.param.backend + "_" + info.param.format + "_q" + std::to_string(info.param.heads.q) +
-                  "kv" + std::to_string(info.param.heads.kv) + "_p" + std::to_string(info.param.page_size);
+  std::string n = info.param.backend + "_" + info.param.format + "_q" +
+                  std::to_string(info.param.heads.q) + "kv" + std::to_string(info.param.heads.kv) +
+                  "_p" + std::to_string(info.param.page_size);
   for (char& c : n)
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
   return n;
@@ -74,7 +76,9 @@ class AttentionConformance : public ::testing::TestWithParam<AttentionCase> {
     spec.capacity_bytes = 64ull << 20;
     spec.poison_unused = true;
     store_ = open_store(GetParam().backend, spec);
-    if (!store_) GTEST_SKIP() << "backend " << GetParam().backend << " unavailable: " << unavailable_reason(GetParam().backend);
+    if (!store_)
+      GTEST_SKIP() << "backend " << GetParam().backend
+                   << " unavailable: " << unavailable_reason(GetParam().backend);
     attention_ = registry().create_backend(GetParam().backend)->create_attention();
   }
 
@@ -87,14 +91,17 @@ class AttentionConformance : public ::testing::TestWithParam<AttentionCase> {
       std::vector<float> k(ids.size() * n * row_floats()), v(k.size());
       for (float& x : k) x = normal_(rng_);
       for (float& x : v) x = normal_(rng_);
-      std::int64_t shape[3] = {static_cast<std::int64_t>(ids.size() * n), GetParam().heads.kv, kDim};
+      std::int64_t shape[3] = {static_cast<std::int64_t>(ids.size() * n), GetParam().heads.kv,
+                               kDim};
       store_->append(layer, ids, std::vector<std::uint32_t>(ids.size(), n), tensor(k.data(), shape),
                      tensor(v.data(), shape));
       for (std::size_t i = 0; i < ids.size(); ++i) {
         auto& mk = original_k_[{ids[i], layer}];
         auto& mv = original_v_[{ids[i], layer}];
-        mk.insert(mk.end(), k.begin() + i * n * row_floats(), k.begin() + (i + 1) * n * row_floats());
-        mv.insert(mv.end(), v.begin() + i * n * row_floats(), v.begin() + (i + 1) * n * row_floats());
+        mk.insert(mk.end(), k.begin() + i * n * row_floats(),
+                  k.begin() + (i + 1) * n * row_floats());
+        mv.insert(mv.end(), v.begin() + i * n * row_floats(),
+                  v.begin() + (i + 1) * n * row_floats());
       }
     }
   }
@@ -111,11 +118,13 @@ class AttentionConformance : public ::testing::TestWithParam<AttentionCase> {
   // Checks queries of sequences against the reference over the stored (decoded) K/V, and over
   // the original float32 K/V within the format's tolerance.
   void check(const std::string& mask_name, const nlohmann::json& mask_options, std::uint32_t layer,
-             const std::vector<SeqId>& ids, const std::vector<std::uint32_t>& query_counts, bool scores) {
+             const std::vector<SeqId>& ids, const std::vector<std::uint32_t>& query_counts,
+             bool scores) {
     const auto mask = registry().create_mask(mask_name, mask_options);
     const std::uint32_t qh = GetParam().heads.q, kvh = GetParam().heads.kv;
     const bool prefill = !query_counts.empty();
-    std::vector<std::uint32_t> per_seq = prefill ? query_counts : std::vector<std::uint32_t>(ids.size(), 1);
+    std::vector<std::uint32_t> per_seq =
+        prefill ? query_counts : std::vector<std::uint32_t>(ids.size(), 1);
     std::uint64_t queries = 0;
     for (std::uint32_t c : per_seq) queries += c;
     std::vector<float> q(queries * qh * kDim), out(q.size(), NAN);
@@ -141,7 +150,8 @@ class AttentionConformance : public ::testing::TestWithParam<AttentionCase> {
     AttentionRequest request;
     request.layer = layer;
     request.sequences = ids;
-    request.query_counts = prefill ? std::span<const std::uint32_t>(query_counts) : std::span<const std::uint32_t>();
+    request.query_counts =
+        prefill ? std::span<const std::uint32_t>(query_counts) : std::span<const std::uint32_t>();
     request.q = &qt;
     request.out = &ot;
     request.visible = {ranges, counts, max_ranges};
@@ -165,7 +175,8 @@ class AttentionConformance : public ::testing::TestWithParam<AttentionCase> {
         reference::attention(rs, qrow, k, v, positions[i], r, scale, want, weights);
         const auto& ok = original_k_[{ids[i], layer}];
         const auto& ov = original_v_[{ids[i], layer}];
-        if (ok.size() == k.size()) reference::attention(rs, qrow, ok, ov, positions[i], r, scale, loose);
+        if (ok.size() == k.size())
+          reference::attention(rs, qrow, ok, ov, positions[i], r, scale, loose);
         for (std::size_t e = 0; e < want.size(); ++e) {
           const float got = out[qi * qh * kDim + e];
           ASSERT_NEAR(got, want[e], 1e-3 + 1e-3 * std::fabs(want[e]))
@@ -178,7 +189,8 @@ class AttentionConformance : public ::testing::TestWithParam<AttentionCase> {
       if (scores) {
         const std::vector<float> after = store_->scores(ids[i]);
         for (std::size_t t = 0; t < n; ++t)
-          ASSERT_NEAR(after[t] - scores_before[i][t], weights[t], 1e-4 + 1e-3 * weights[t]) << "score of slot " << t;
+          ASSERT_NEAR(after[t] - scores_before[i][t], weights[t], 1e-4 + 1e-3 * weights[t])
+              << "score of slot " << t;
       }
     }
   }
@@ -196,7 +208,8 @@ class AttentionConformance : public ::testing::TestWithParam<AttentionCase> {
 };
 
 TEST_P(AttentionConformance, DecodeRaggedBatch) {
-  const SeqId a = store_->create_sequence(), b = store_->create_sequence(), c = store_->create_sequence();
+  const SeqId a = store_->create_sequence(), b = store_->create_sequence(),
+              c = store_->create_sequence();
   append({a}, 1);
   append({b}, 37);
   append({c}, 150);
@@ -226,7 +239,8 @@ TEST_P(AttentionConformance, LongSequenceSplitAcrossThreads) {
 }
 
 TEST_P(AttentionConformance, CompactedSequenceUsesLogicalPositions) {
-  if (parse_format(GetParam().format, GetParam().format == "kivi-k" ? nlohmann::json{{"group", 8}} : nlohmann::json::object())
+  if (parse_format(GetParam().format, GetParam().format == "kivi-k" ? nlohmann::json{{"group", 8}}
+                                                                    : nlohmann::json::object())
           .groups_tokens())
     GTEST_SKIP() << GetParam().format << " cannot drop tokens one by one";
   const SeqId a = store_->create_sequence();
@@ -261,8 +275,8 @@ TEST(AttentionOutputs, HalfPrecisionOutputsAndDenseMask) {
     for (float& x : v) x = normal(rng);
     for (float& x : q) x = normal(rng);
     std::int64_t kv_shape[3] = {n, 2, 16};
-    store->append(0, std::vector<SeqId>{id}, std::vector<std::uint32_t>{n}, tensor(k.data(), kv_shape),
-                  tensor(v.data(), kv_shape));
+    store->append(0, std::vector<SeqId>{id}, std::vector<std::uint32_t>{n},
+                  tensor(k.data(), kv_shape), tensor(v.data(), kv_shape));
     // Dense: mask[t] for the query at position n - 1; softmax over allowed keys only.
     const Position query = n - 1;
     std::vector<float> dense(4 * 16, 0.0f);
@@ -270,7 +284,8 @@ TEST(AttentionOutputs, HalfPrecisionOutputsAndDenseMask) {
       std::vector<double> w(n, 0.0);
       double top = -INFINITY, sum = 0;
       for (std::uint32_t t = 0; t < n; ++t) {
-        const bool allowed = Position(t) < Position(sinks) || query - Position(t) < Position(window);
+        const bool allowed =
+            Position(t) < Position(sinks) || query - Position(t) < Position(window);
         if (!allowed) continue;
         double dot = 0;
         for (int i = 0; i < 16; ++i) dot += double(q[h * 16 + i]) * k[(t * 2 + h / 2) * 16 + i];
@@ -278,18 +293,21 @@ TEST(AttentionOutputs, HalfPrecisionOutputsAndDenseMask) {
         top = std::max(top, w[t]);
       }
       for (std::uint32_t t = 0; t < n; ++t) {
-        const bool allowed = Position(t) < Position(sinks) || query - Position(t) < Position(window);
+        const bool allowed =
+            Position(t) < Position(sinks) || query - Position(t) < Position(window);
         w[t] = allowed ? std::exp(w[t] - top) : 0.0;
         sum += w[t];
       }
       for (std::uint32_t t = 0; t < n; ++t)
-        for (int i = 0; i < 16; ++i) dense[h * 16 + i] += float(w[t] / sum * v[(t * 2 + h / 2) * 16 + i]);
+        for (int i = 0; i < 16; ++i)
+          dense[h * 16 + i] += float(w[t] / sum * v[(t * 2 + h / 2) * 16 + i]);
     }
     const std::vector<PositionRange> ranges{{0, sinks}, {query - window + 1, query + 1}};
     const std::vector<std::uint32_t> counts{2};
     std::int64_t q_shape[3] = {1, 4, 16};
     DLTensor qt = tensor(q.data(), q_shape);
-    for (const auto& [code, bits] : {std::pair{kDLFloat, 32}, std::pair{kDLFloat, 16}, std::pair{kDLBfloat, 16}}) {
+    for (const auto& [code, bits] :
+         {std::pair{kDLFloat, 32}, std::pair{kDLFloat, 16}, std::pair{kDLBfloat, 16}}) {
       std::vector<std::uint32_t> raw(4 * 16, 0);  // room for either width
       DLTensor ot = tensor(reinterpret_cast<float*>(raw.data()), q_shape);
       ot.dtype = {static_cast<std::uint8_t>(code), static_cast<std::uint8_t>(bits), 1};
@@ -309,13 +327,15 @@ TEST(AttentionOutputs, HalfPrecisionOutputsAndDenseMask) {
           got = code == kDLFloat ? float_from_fp16(h) : float_from_bf16(h);
         }
         const double tolerance = bits == 32 ? 1e-4 : (code == kDLFloat ? 2e-3 : 1e-2);
-        ASSERT_NEAR(got, dense[e], tolerance * (1 + std::fabs(dense[e]))) << backend << " bits " << bits << " element " << e;
+        ASSERT_NEAR(got, dense[e], tolerance * (1 + std::fabs(dense[e])))
+            << backend << " bits " << bits << " element " << e;
       }
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, AttentionConformance, ::testing::ValuesIn(attention_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Backends, AttentionConformance, ::testing::ValuesIn(attention_cases()),
+                         case_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(AttentionConformance);
 
 }  // namespace

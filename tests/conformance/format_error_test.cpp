@@ -20,9 +20,13 @@ constexpr std::uint32_t kPage = 32;
 
 // Largest |error| allowed, as a fraction of the largest |x| in the tile.
 const std::map<std::string, double> kBound = {
-    {"fp32", 0.0},         {"fp16", 0x1p-11},         {"bf16", 0x1p-8},
-    {"fp8-e4m3", 0x1p-4},  {"int8-per-token", 0.5 / 127 * 1.0001},
-    {"int4-group", 0.07},  {"kivi-k", 0.07},
+    {"fp32", 0.0},
+    {"fp16", 0x1p-11},
+    {"bf16", 0x1p-8},
+    {"fp8-e4m3", 0x1p-4},
+    {"int8-per-token", 0.5 / 127 * 1.0001},
+    {"int4-group", 0.07},
+    {"kivi-k", 0.07},
 };
 
 // max: largest |error| over the tile's largest |x|; mean: mean |error| over mean |x|.
@@ -67,14 +71,16 @@ TEST(FormatErrors, EveryQuantizerStaysWithinItsBound) {
   for (const std::string& name : format_names()) {
     if (registry().find(ComponentKind::quantizer, name) == nullptr) continue;
     const auto q = registry().create_quantizer(name);
-    for (const auto& [label, data] : {std::pair{"gaussian", &gaussian}, std::pair{"outliers", &outliers}}) {
+    for (const auto& [label, data] :
+         {std::pair{"gaussian", &gaussian}, std::pair{"outliers", &outliers}}) {
       const Errors e = round_trip(*q, *data);
       std::printf("%-16s %-10s %14.3e %14.3e\n", name.c_str(), label, e.max, e.mean);
       EXPECT_LE(e.max, kBound.at(name)) << name << " on " << label;
     }
     ++tested;
   }
-  EXPECT_EQ(tested, static_cast<int>(format_names().size())) << "every built-in format is installed";
+  EXPECT_EQ(tested, static_cast<int>(format_names().size()))
+      << "every built-in format is installed";
 }
 
 TEST(FormatErrors, KiviTwoBitKeepsOutlierChannelsApart) {
@@ -98,7 +104,8 @@ TEST(FormatErrors, KiviEncodesWholeGroupsOnly) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), Code::invalid_argument);
-    EXPECT_NE(std::string(e.what()).find("whole groups of 32 tokens"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("whole groups of 32 tokens"), std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(kivi->describe(kDim, 16), Error);  // a group of 32 does not fit a page of 16
 }

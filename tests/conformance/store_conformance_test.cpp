@@ -38,9 +38,11 @@ void PrintTo(const StoreCase& c, std::ostream* os) {
 }
 
 std::string case_name(const ::testing::TestParamInfo<StoreCase>& info) {
-  std::string n = info.param.backend + "_" + info.param.k_format + "_" + info.param.v_format + "_p" +
-                  std::to_string(info.param.page_size) + "_" + std::to_string(info.param.k_options.value("bits", 0));
-  std::replace_if(n.begin(), n.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
+  std::string n = info.param.backend + "_" + info.param.k_format + "_" + info.param.v_format +
+                  "_p" + std::to_string(info.param.page_size) + "_" +
+                  std::to_string(info.param.k_options.value("bits", 0));
+  std::replace_if(
+      n.begin(), n.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
   return n;
 }
 
@@ -48,7 +50,8 @@ std::vector<StoreCase> store_cases() {
   std::vector<StoreCase> cases;
   for (const std::string& backend : backend_names()) {
     for (const std::string& f : format_names()) {
-      const nlohmann::json options = f == "kivi-k" ? nlohmann::json{{"group", 4}} : nlohmann::json::object();
+      const nlohmann::json options =
+          f == "kivi-k" ? nlohmann::json{{"group", 4}} : nlohmann::json::object();
       cases.push_back({backend, f, f, 4, options, options});
     }
     cases.push_back({backend, "int8-per-token", "int4-group", 8});
@@ -67,11 +70,13 @@ struct Token {
 struct Shadow {
   std::vector<Token> tokens;
   Position next_position = 0;
-  int group = 0;         // sequences of a group share token ids: prefix hits
+  int group = 0;  // sequences of a group share token ids: prefix hits
   bool compacted = false;
 };
 
-std::int32_t token_id(int group, Position pos) { return static_cast<std::int32_t>((pos * 7 + group) % 11); }
+std::int32_t token_id(int group, Position pos) {
+  return static_cast<std::int32_t>((pos * 7 + group) % 11);
+}
 
 class StoreConformance : public ::testing::TestWithParam<StoreCase> {
  protected:
@@ -133,7 +138,9 @@ class StoreConformance : public ::testing::TestWithParam<StoreCase> {
     return value ? parse_format(GetParam().v_format, GetParam().v_options)
                  : parse_format(GetParam().k_format, GetParam().k_options);
   }
-  bool groups_tokens() const { return format(false).groups_tokens() || format(true).groups_tokens(); }
+  bool groups_tokens() const {
+    return format(false).groups_tokens() || format(true).groups_tokens();
+  }
 
   // Contents, byte for byte against the reference encoding, and positions. Tokens of a group
   // still being filled (kivi-k) are held in fp16 until it is complete.
@@ -169,14 +176,17 @@ class StoreConformance : public ::testing::TestWithParam<StoreCase> {
             const auto codes = tile.begin() + slot_code_offset(layout, in_page);
             const auto meta = tile.begin() + slot_meta_offset(f, layout, kDim, in_page);
             if (count < group) {  // the residual group: fp16 until complete
-              for (std::size_t i = 0; i < rows.size(); ++i) expected[i] = float_from_fp16(fp16_from_float(rows[i]));
+              for (std::size_t i = 0; i < rows.size(); ++i)
+                expected[i] = float_from_fp16(fp16_from_float(rows[i]));
             } else {
               std::vector<std::byte> want_codes(count * layout.slot_code_bytes);
-              std::vector<std::byte> want_meta(f.groups_tokens() ? kDim * 4 : layout.slot_meta_bytes);
+              std::vector<std::byte> want_meta(f.groups_tokens() ? kDim * 4
+                                                                 : layout.slot_meta_bytes);
               if (f.groups_tokens()) {
                 // The store encodes a group from its fp16 residual rows.
                 std::vector<float> held(rows.size());
-                for (std::size_t i = 0; i < rows.size(); ++i) held[i] = float_from_fp16(fp16_from_float(rows[i]));
+                for (std::size_t i = 0; i < rows.size(); ++i)
+                  held[i] = float_from_fp16(fp16_from_float(rows[i]));
                 reference::encode_group(f, held, kDim, want_codes.data(), want_meta.data());
               } else {
                 reference::encode(f, rows, want_codes.data(), want_meta.data());
@@ -186,12 +196,14 @@ class StoreConformance : public ::testing::TestWithParam<StoreCase> {
               ASSERT_TRUE(std::equal(want_meta.begin(), want_meta.end(), meta))
                   << "scales differ: layer " << layer << " slot " << first << " head " << h;
               for (std::size_t i = 0; i < count; ++i)
-                reference::decode(f, want_codes.data() + i * layout.slot_code_bytes, want_meta.data(),
+                reference::decode(f, want_codes.data() + i * layout.slot_code_bytes,
+                                  want_meta.data(),
                                   std::span<float>(expected.data() + i * kDim, kDim));
             }
             for (std::size_t i = 0; i < count; ++i) {
               const float* got = (value ? v : k).data() + ((first + i) * kHeads + h) * kDim;
-              ASSERT_TRUE(std::equal(expected.begin() + i * kDim, expected.begin() + (i + 1) * kDim, got))
+              ASSERT_TRUE(
+                  std::equal(expected.begin() + i * kDim, expected.begin() + (i + 1) * kDim, got))
                   << "gather differs at slot " << first + i << " layer " << layer << " head " << h;
             }
           }
@@ -259,7 +271,8 @@ TEST_P(StoreConformance, HalfPrecisionInputsMatchTheirFloatValues) {
     const SeqId id = bf16 ? b : a;
     store->append(0, std::vector<SeqId>{id}, std::vector<std::uint32_t>{3}, h, h);
     store->append(1, std::vector<SeqId>{id}, std::vector<std::uint32_t>{3}, f, f);
-    const auto page = static_cast<std::uint32_t>(store->page_table(std::vector<SeqId>{id}).indices[0]);
+    const auto page =
+        static_cast<std::uint32_t>(store->page_table(std::vector<SeqId>{id}).indices[0]);
     EXPECT_EQ(store->read_tile(page, 0, 1, false), store->read_tile(page, 1, 1, false));
   }
 }
@@ -300,7 +313,9 @@ TEST_P(StoreConformance, ReserveIsAllOrNothing) {
     FAIL() << "4 pages cannot come from 3";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), Code::out_of_memory);
-    EXPECT_THAT(e.what(), HasSubstr("reserve needs 4 pages, 3 available (3 free, 0 cached); nothing was reserved"));
+    EXPECT_THAT(
+        e.what(),
+        HasSubstr("reserve needs 4 pages, 3 available (3 free, 0 cached); nothing was reserved"));
   }
   EXPECT_EQ(store->length(a), 3 * p);
   EXPECT_EQ(store->length(b), 0u);
@@ -341,7 +356,8 @@ TEST_P(StoreConformance, DropCompactsAndKeepsPositions) {
   step(*store, shadows, {a}, {3 * p + 1});
   const SeqId b = store->fork(a);  // dropping from a must not disturb b
   shadows[b] = shadows[a];
-  const std::vector<PositionRange> ranges{{1, 3}, {static_cast<Position>(p) + 1, static_cast<Position>(2 * p)}};
+  const std::vector<PositionRange> ranges{
+      {1, 3}, {static_cast<Position>(p) + 1, static_cast<Position>(2 * p)}};
   if (groups_tokens()) {  // scales span groups of tokens: no token can leave alone
     try {
       store->drop(a, ranges);
@@ -355,7 +371,8 @@ TEST_P(StoreConformance, DropCompactsAndKeepsPositions) {
   const std::uint64_t dropped = store->drop(a, ranges);
   auto& tokens = shadows[a].tokens;
   std::erase_if(tokens, [&](const Token& t) {
-    return std::any_of(ranges.begin(), ranges.end(), [&](const PositionRange& r) { return t.pos >= r.begin && t.pos < r.end; });
+    return std::any_of(ranges.begin(), ranges.end(),
+                       [&](const PositionRange& r) { return t.pos >= r.begin && t.pos < r.end; });
   });
   EXPECT_EQ(dropped, 2u + (p - 1));
   EXPECT_EQ(store->drop(a, std::vector<PositionRange>{{1, 3}}), 0u);  // already gone
@@ -376,7 +393,8 @@ TEST_P(StoreConformance, PrefixPagesAreSharedCachedAndReclaimed) {
 
   const SeqId b = store->create_sequence();
   EXPECT_EQ(store->match_prefix(b, ids), 2u * p);  // full pages only
-  for (Position pos = 0; pos < static_cast<Position>(2 * p); ++pos) shadows[b].tokens.push_back({token_id(0, pos), pos});
+  for (Position pos = 0; pos < static_cast<Position>(2 * p); ++pos)
+    shadows[b].tokens.push_back({token_id(0, pos), pos});
   shadows[b].next_position = 2 * p;
   const auto pages_a = store->page_table(std::vector<SeqId>{a}).indices;
   EXPECT_EQ(store->page_table(std::vector<SeqId>{b}).indices,
@@ -510,7 +528,8 @@ TEST_P(StoreConformance, RandomizedWorkloadKeepsInvariantsAndLeaksNothing) {
       s.group = group;
       const std::uint64_t matched = store->match_prefix(id, ids);
       ASSERT_EQ(matched % p, 0u);
-      for (Position pos = 0; pos < static_cast<Position>(matched); ++pos) s.tokens.push_back({ids[pos], pos});
+      for (Position pos = 0; pos < static_cast<Position>(matched); ++pos)
+        s.tokens.push_back({ids[pos], pos});
       s.next_position = static_cast<Position>(matched);
     }
     check_invariants(*store, shadows);

@@ -19,7 +19,9 @@ inline const Registry& registry() {
   return *r;
 }
 
-inline std::vector<std::string> backend_names() { return registry().names(ComponentKind::backend); }
+inline std::vector<std::string> backend_names() {
+  return registry().names(ComponentKind::backend);
+}
 
 // A store from `backend`, or a skip printing why the backend cannot run here.
 inline std::unique_ptr<CacheStore> open_store(const std::string& backend, const StoreSpec& spec) {
@@ -34,10 +36,10 @@ inline std::string unavailable_reason(const std::string& backend) {
   return info ? info->unavailable_reason : "not installed";
 }
 
-#define KVCACHE_OPEN_STORE_OR_SKIP(var, backend_name, spec)                                 \
-  auto var = ::kvcache::conformance::open_store(backend_name, spec);                        \
-  if (!var)                                                                                 \
-  GTEST_SKIP() << "backend " << backend_name                                                \
+#define KVCACHE_OPEN_STORE_OR_SKIP(var, backend_name, spec)          \
+  auto var = ::kvcache::conformance::open_store(backend_name, spec); \
+  if (!var)                                                          \
+  GTEST_SKIP() << "backend " << backend_name                         \
                << " unavailable: " << ::kvcache::conformance::unavailable_reason(backend_name)
 
 // A deterministic row for (token id, position, layer, head, K or V): equal inputs give equal

@@ -90,10 +90,16 @@ TEST_F(PluginRoundTrip, ForeignExceptionBecomesInternal) {
 }
 
 TEST_F(PluginRoundTrip, BadOptionsAreRejectedAtCreationWithSuggestion) {
-  expect_error([&] { registry_->create_mask("test-mask", {{"fial", "std"}}); },
-               Code::invalid_argument, "unknown option 'fial' (did you mean 'fail'?)");
-  expect_error([&] { registry_->create_eviction("test-eviction", {{"min_priority", "high"}}); },
-               Code::invalid_argument, "option 'min_priority': expected an integer in range, got \"high\"");
+  expect_error(
+      [&] {
+        registry_->create_mask("test-mask", {{"fial", "std"}});
+      },
+      Code::invalid_argument, "unknown option 'fial' (did you mean 'fail'?)");
+  expect_error(
+      [&] {
+        registry_->create_eviction("test-eviction", {{"min_priority", "high"}});
+      },
+      Code::invalid_argument, "option 'min_priority': expected an integer in range, got \"high\"");
 }
 
 TEST_F(PluginRoundTrip, UnknownComponentSuggestsTheNearest) {

@@ -19,5 +19,4 @@ class RecentHalf final : public kvcache::AttentionMask {
 
 }  // namespace
 
-KVCACHE_PLUGIN("recent-half", "1.0.0",
-               kvcache::sdk::component<RecentHalf>("recent-half", "1.0.0"))
+KVCACHE_PLUGIN("recent-half", "1.0.0", kvcache::sdk::component<RecentHalf>("recent-half", "1.0.0"))

@@ -56,14 +56,16 @@ class TestQuantizer final : public Quantizer {
     check(src);
     const auto n = src.shape[0] * src.shape[1];
     float* out = static_cast<float*>(tile) + first_slot * src.shape[1];
-    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<const float*>(src.data)[i] * scale_);
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = static_cast<float>(static_cast<const float*>(src.data)[i] * scale_);
   }
   void decode(const void* tile, std::uint32_t first_slot, std::uint32_t,
               DLTensor& dst) const override {
     check(dst);
     const auto n = dst.shape[0] * dst.shape[1];
     const float* in = static_cast<const float*>(tile) + first_slot * dst.shape[1];
-    for (int64_t i = 0; i < n; ++i) static_cast<float*>(dst.data)[i] = static_cast<float>(in[i] / scale_);
+    for (int64_t i = 0; i < n; ++i)
+      static_cast<float*>(dst.data)[i] = static_cast<float>(in[i] / scale_);
   }
 
  private:
@@ -150,8 +152,7 @@ class OfflineBackend final : public Backend {
 
 }  // namespace
 
-KVCACHE_PLUGIN("test-roundtrip", "0.0.1",
-               sdk::component<TestMask>("test-mask", "1.2.3"),
+KVCACHE_PLUGIN("test-roundtrip", "0.0.1", sdk::component<TestMask>("test-mask", "1.2.3"),
                sdk::component<TestQuantizer>("test-quantizer", "1.0.0",
                                              {{"test-fp32"}, {64, 128}, {16}, "cpu"}),
                sdk::component<TestEviction>("test-eviction", "1.0.0"),

@@ -37,7 +37,8 @@ std::vector<bool> row(const AttentionMask& mask, Position q) {
   return dense;
 }
 
-void expect_matches(const AttentionMask& mask, const std::function<bool(Position, Position)>& rule) {
+void expect_matches(const AttentionMask& mask,
+                    const std::function<bool(Position, Position)>& rule) {
   for (Position q = 0; q < 70; ++q) {
     const std::vector<bool> dense = row(mask, q);
     for (Position k = 0; k <= q; ++k) EXPECT_EQ(dense[k], rule(q, k)) << "q=" << q << " k=" << k;

@@ -55,7 +55,7 @@ TEST(Formats, Int8PerTokenIsTheSeedFormulaBitForBit) {
   std::normal_distribution<float> normal(0.0f, 2.0f);
   std::vector<std::vector<float>> cases = {
       {127.0f, 0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 3.5f},  // ties: scale is exactly 1
-      std::vector<float>(8, 0.0f),                           // the 1e-8 floor
+      std::vector<float>(8, 0.0f),                            // the 1e-8 floor
   };
   for (int i = 0; i < 200; ++i) {
     std::vector<float> x(64);
@@ -80,7 +80,8 @@ TEST(Formats, Int8PerTokenIsTheSeedFormulaBitForBit) {
   float scale = 0.0f;
   reference::encode(spec, cases[0], codes.data(), reinterpret_cast<std::byte*>(&scale));
   const std::vector<int> ties{127, 0, 2, 2, 0, -2, -2, 4};
-  for (std::size_t i = 0; i < ties.size(); ++i) EXPECT_EQ(static_cast<std::int8_t>(codes[i]), ties[i]);
+  for (std::size_t i = 0; i < ties.size(); ++i)
+    EXPECT_EQ(static_cast<std::int8_t>(codes[i]), ties[i]);
 }
 
 }  // namespace

@@ -24,10 +24,10 @@ TEST(Fp16, EveryCodeRoundTrips) {
 
 TEST(Fp16, RoundsToNearestEven) {
   EXPECT_EQ(fp16_from_float(1.0f), 0x3C00);
-  EXPECT_EQ(fp16_from_float(1.0f + 0x1p-11f), 0x3C00);               // tie: to even
-  EXPECT_EQ(fp16_from_float(1.0f + 3 * 0x1p-11f), 0x3C02);           // tie: to even
-  EXPECT_EQ(fp16_from_float(65520.0f), 0x7C00);                      // overflows to infinity
-  EXPECT_EQ(fp16_from_float(0x1p-24f), 0x0001);                      // smallest subnormal
+  EXPECT_EQ(fp16_from_float(1.0f + 0x1p-11f), 0x3C00);      // tie: to even
+  EXPECT_EQ(fp16_from_float(1.0f + 3 * 0x1p-11f), 0x3C02);  // tie: to even
+  EXPECT_EQ(fp16_from_float(65520.0f), 0x7C00);             // overflows to infinity
+  EXPECT_EQ(fp16_from_float(0x1p-24f), 0x0001);             // smallest subnormal
 }
 
 TEST(Bf16, RoundsToNearestEvenAndKeepsSpecials) {
@@ -50,7 +50,7 @@ TEST(Fp8E4M3, TableOfKnownValues) {
   EXPECT_EQ(fp8_e4m3_from_float(-0.0f), 0x80);
   EXPECT_EQ(fp8_e4m3_from_float(1.0f), 0x38);
   EXPECT_EQ(fp8_e4m3_from_float(448.0f), 0x7E);
-  EXPECT_EQ(fp8_e4m3_from_float(1e6f), 0x7E);   // saturates
+  EXPECT_EQ(fp8_e4m3_from_float(1e6f), 0x7E);  // saturates
   EXPECT_EQ(fp8_e4m3_from_float(-1e6f), 0xFE);
   EXPECT_EQ(fp8_e4m3_from_float(0x1p-9f), 0x01);  // smallest subnormal
   EXPECT_EQ(fp8_e4m3_from_float(0x1p-6f), 0x08);  // smallest normal

@@ -24,14 +24,16 @@ std::vector<float> dense(const reference::AttentionShape& s, const std::vector<f
     for (std::size_t t = 0; t < n; ++t) {
       if (!allowed[t]) continue;
       double dot = 0;
-      for (std::size_t i = 0; i < d; ++i) dot += double(q[h * d + i]) * k[(t * s.kv_heads + h / group) * d + i];
+      for (std::size_t i = 0; i < d; ++i)
+        dot += double(q[h * d + i]) * k[(t * s.kv_heads + h / group) * d + i];
       p[t] = dot * scale;
       top = std::max(top, p[t]);
     }
     double sum = 0;
     for (double& x : p) sum += (x = std::exp(x - top));
     for (std::size_t t = 0; t < n; ++t)
-      for (std::size_t i = 0; i < d; ++i) out[h * d + i] += float(p[t] / sum * v[(t * s.kv_heads + h / group) * d + i]);
+      for (std::size_t i = 0; i < d; ++i)
+        out[h * d + i] += float(p[t] / sum * v[(t * s.kv_heads + h / group) * d + i]);
   }
   return out;
 }
@@ -49,7 +51,8 @@ TEST(ReferenceAttention, MatchesDenseMaskOnSinkWindowAndGqa) {
   for (std::size_t t = 0; t < n; ++t) positions[t] = static_cast<Position>(t);
   for (const Position query : {Position{2}, Position{20}, Position{39}}) {
     std::vector<bool> allowed(n, false);  // the seed's rule, kept causal
-    for (Position t = 0; t <= query; ++t) allowed[t] = t < Position(sinks) || query - t < Position(window);
+    for (Position t = 0; t <= query; ++t)
+      allowed[t] = t < Position(sinks) || query - t < Position(window);
     std::vector<PositionRange> ranges;
     if (query - Position(window) + 1 > Position(sinks))
       ranges = {{0, Position(sinks)}, {query - Position(window) + 1, query + 1}};

@@ -66,7 +66,8 @@ double read_bandwidth_gbps(std::size_t bytes, int threads, int repeats) {
       });
     }
     for (auto& th : pool) th.join();
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     samples.push_back(static_cast<double>(share * threads) / seconds / 1e9);
     benchmark_sink = sums[0];
   }

@@ -10,11 +10,11 @@
 #include <random>
 #include <vector>
 
-#include "page_pool.hpp"  // the cpu-tbb page pool, measured directly
 #include "kvcache/formats.hpp"
 #include "kvcache/numeric.hpp"
 #include "kvcache/registry.hpp"
 #include "memory_bandwidth.hpp"
+#include "page_pool.hpp"  // the cpu-tbb page pool, measured directly
 
 namespace {
 
@@ -22,7 +22,9 @@ using namespace kvcache;
 
 // Read bandwidth sampled right before and right after a measurement: the machine is shared and
 // its bandwidth drifts, so a kernel is only compared with what the machine gave meanwhile.
-double read_gbps_now() { return bench::read_bandwidth_gbps(std::size_t{512} << 20, 2, 3); }
+double read_gbps_now() {
+  return bench::read_bandwidth_gbps(std::size_t{512} << 20, 2, 3);
+}
 
 const Registry& registry() {
   static const auto r = Registry::load(PluginSettings{});
@@ -52,8 +54,13 @@ void append_quantize(benchmark::State& state, const std::string& format, bool ha
     kh[i] = fp16_from_float(k[i]), vh[i] = fp16_from_float(v[i]);
   }
   std::int64_t shape[3] = {tokens, heads, dim};
-  DLTensor kt{half_input ? static_cast<void*>(kh.data()) : k.data(), {kDLCPU, 0}, 3,
-              {kDLFloat, static_cast<std::uint8_t>(half_input ? 16 : 32), 1}, shape, nullptr, 0};
+  DLTensor kt{half_input ? static_cast<void*>(kh.data()) : k.data(),
+              {kDLCPU, 0},
+              3,
+              {kDLFloat, static_cast<std::uint8_t>(half_input ? 16 : 32), 1},
+              shape,
+              nullptr,
+              0};
   DLTensor vt = kt;
   vt.data = half_input ? static_cast<void*>(vh.data()) : v.data();
   const std::vector<std::uint32_t> counts{tokens};
@@ -65,7 +72,8 @@ void append_quantize(benchmark::State& state, const std::string& format, bool ha
     store->reserve(std::vector<SeqId>{id}, counts);
     const auto start = std::chrono::steady_clock::now();
     store->append(0, std::vector<SeqId>{id}, counts, kt, vt);
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     state.SetIterationTime(elapsed);
     seconds += elapsed;
     store->release(id);
@@ -81,8 +89,9 @@ void append_quantize(benchmark::State& state, const std::string& format, bool ha
 void register_append_benchmarks() {
   for (const std::string& f : format_names()) {
     for (const bool half : {false, true}) {
-      benchmark::RegisterBenchmark(("append_quantize/" + f + (half ? "/fp16_input" : "/fp32_input")).c_str(),
-                                   [f, half](benchmark::State& s) { append_quantize(s, f, half); })
+      benchmark::RegisterBenchmark(
+          ("append_quantize/" + f + (half ? "/fp16_input" : "/fp32_input")).c_str(),
+          [f, half](benchmark::State& s) { append_quantize(s, f, half); })
           ->Arg(65536)
           ->Iterations(8)
           ->Unit(benchmark::kMicrosecond)

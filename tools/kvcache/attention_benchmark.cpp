@@ -17,15 +17,18 @@ namespace {
 std::uint64_t visible_tokens(const std::vector<PositionRange>& ranges, std::uint64_t tokens) {
   std::uint64_t n = 0;
   for (const PositionRange& r : ranges)
-    n += static_cast<std::uint64_t>(std::clamp<Position>(r.end, 0, tokens) - std::clamp<Position>(r.begin, 0, tokens));
+    n += static_cast<std::uint64_t>(std::clamp<Position>(r.end, 0, tokens) -
+                                    std::clamp<Position>(r.begin, 0, tokens));
   return n;
 }
 
 }  // namespace
 
-AttentionBenchResult run_attention_benchmark(const Registry& registry, const AttentionBenchOptions& o) {
+AttentionBenchResult run_attention_benchmark(const Registry& registry,
+                                             const AttentionBenchOptions& o) {
   const int threads = o.threads > 0 ? o.threads : tbb::this_task_arena::max_concurrency();
-  const tbb::global_control parallelism(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
+  const tbb::global_control parallelism(tbb::global_control::max_allowed_parallelism,
+                                        static_cast<std::size_t>(threads));
 
   StoreSpec spec;
   spec.model = {1, o.q_heads, o.kv_heads, o.head_dim};
@@ -35,8 +38,10 @@ AttentionBenchResult run_attention_benchmark(const Registry& registry, const Att
   spec.k_options = o.k_options;
   spec.v_options = o.v_options;
   spec.prefix_caching = false;
-  const std::uint64_t tile_k = format_layout(parse_format(o.k_format, o.k_options), o.head_dim, o.page_size).tile_bytes;
-  const std::uint64_t tile_v = format_layout(parse_format(o.v_format, o.v_options), o.head_dim, o.page_size).tile_bytes;
+  const std::uint64_t tile_k =
+      format_layout(parse_format(o.k_format, o.k_options), o.head_dim, o.page_size).tile_bytes;
+  const std::uint64_t tile_v =
+      format_layout(parse_format(o.v_format, o.v_options), o.head_dim, o.page_size).tile_bytes;
   const std::uint64_t pages = (o.tokens + o.page_size - 1) / o.page_size * o.batch + 1;
   spec.capacity_bytes = pages * (o.kv_heads * (tile_k + tile_v) + o.page_size * sizeof(Position));
   const auto backend = registry.create_backend(o.backend);
@@ -66,10 +71,13 @@ AttentionBenchResult run_attention_benchmark(const Registry& registry, const Att
   const std::uint32_t max_ranges = mask->describe().max_ranges;
   std::vector<PositionRange> ranges(std::size_t{o.batch} * max_ranges);
   std::vector<std::uint32_t> range_counts(o.batch);
-  mask->visible(std::vector<Position>(o.batch, static_cast<Position>(o.tokens) - 1), ranges, range_counts);
+  mask->visible(std::vector<Position>(o.batch, static_cast<Position>(o.tokens) - 1), ranges,
+                range_counts);
   std::uint64_t visible = 0;
   for (std::uint32_t i = 0; i < o.batch; ++i)
-    visible += visible_tokens({ranges.begin() + i * max_ranges, ranges.begin() + i * max_ranges + range_counts[i]}, o.tokens);
+    visible += visible_tokens(
+        {ranges.begin() + i * max_ranges, ranges.begin() + i * max_ranges + range_counts[i]},
+        o.tokens);
 
   std::vector<float> q(std::size_t{o.batch} * o.q_heads * o.head_dim), out(q.size());
   for (float& x : q) x = normal(rng);
@@ -86,7 +94,9 @@ AttentionBenchResult run_attention_benchmark(const Registry& registry, const Att
   AttentionBenchResult result;
   result.threads = threads;
   result.kv_bytes = visible * o.kv_heads * (tile_k + tile_v) / o.page_size;
-  const auto read_gbps = [&] { return bench::read_bandwidth_gbps(std::size_t{512} << 20, threads, 3); };
+  const auto read_gbps = [&] {
+    return bench::read_bandwidth_gbps(std::size_t{512} << 20, threads, 3);
+  };
   const double bandwidth_before = read_gbps();
   for (int i = 0; i < 2; ++i) attention->decode(*store, request);  // warm-up
   std::vector<double> times;
@@ -94,7 +104,8 @@ AttentionBenchResult run_attention_benchmark(const Registry& registry, const Att
   while (total < o.min_seconds || times.size() < 5) {
     const auto start = std::chrono::steady_clock::now();
     attention->decode(*store, request);
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    times.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     total += times.back();
   }
   result.read_bandwidth_gbps = (bandwidth_before + read_gbps()) / 2;

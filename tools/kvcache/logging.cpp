@@ -13,8 +13,8 @@ void setup_logging(const std::string& level) {
   const auto parsed = spdlog::level::from_str(level);
   // from_str maps anything unknown to "off"; only the word "off" may mean that.
   if (parsed == spdlog::level::off && level != "off") {
-    const std::vector<std::string> levels{"trace", "debug", "info", "warn", "error", "critical",
-                                          "off"};
+    const std::vector<std::string> levels{"trace", "debug",    "info", "warn",
+                                          "error", "critical", "off"};
     throw Error(Code::invalid_argument,
                 "unknown log level '" + level + "'" + did_you_mean(level, levels) +
                     "; expected one of trace, debug, info, warn, error, critical, off");

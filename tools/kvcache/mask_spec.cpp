@@ -12,8 +12,8 @@ std::int64_t number(std::string_view text, std::string_view spec) {
   std::int64_t value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || end != text.data() + text.size() || value < 0)
-    throw Error(Code::invalid_argument, "mask spec '" + std::string(spec) + "': '" + std::string(text) +
-                                            "' is not a non-negative integer");
+    throw Error(Code::invalid_argument, "mask spec '" + std::string(spec) + "': '" +
+                                            std::string(text) + "' is not a non-negative integer");
   return value;
 }
 
@@ -30,7 +30,8 @@ MaskChoice parse_mask_spec(std::string_view spec) {
   const std::string name(parts[0]);
   const auto expect = [&](std::size_t n, const char* form) {
     if (parts.size() != n)
-      throw Error(Code::invalid_argument, "mask spec '" + std::string(spec) + "': expected " + form);
+      throw Error(Code::invalid_argument,
+                  "mask spec '" + std::string(spec) + "': expected " + form);
   };
   if (name == "sliding-window") {
     expect(2, "sliding-window:WINDOW");

@@ -61,8 +61,8 @@ nlohmann::json to_json(const Registry& registry, const SearchPlan& plan) {
 void print_table(const Registry& registry, const SearchPlan& plan) {
   const auto& components = registry.components();
   std::cout << fmt::format("{} components\n", components.size());
-  std::cout << fmt::format("  {:<10} {:<16} {:<8} {:<22} {}\n", "KIND", "NAME", "VERSION",
-                           "PLUGIN", "STATUS");
+  std::cout << fmt::format("  {:<10} {:<16} {:<8} {:<22} {}\n", "KIND", "NAME", "VERSION", "PLUGIN",
+                           "STATUS");
   for (const ComponentInfo& c : components) {
     std::cout << fmt::format("  {:<10} {:<16} {:<8} {:<22} {}\n", kind_name(c.kind), c.name,
                              c.version, c.plugin + " " + c.plugin_version, status_of(c));
@@ -87,8 +87,9 @@ void print_table(const Registry& registry, const SearchPlan& plan) {
 }  // namespace
 
 void add_plugins_command(CLI::App& app, const Globals& globals) {
-  CLI::App* sub = app.add_subcommand("plugins", "List every plugin component found and every "
-                                                "plugin file rejected, with the reason");
+  CLI::App* sub = app.add_subcommand("plugins",
+                                     "List every plugin component found and every "
+                                     "plugin file rejected, with the reason");
   auto json = std::make_shared<bool>(false);
   sub->add_flag("--json", *json, "print one JSON object");
   sub->callback([&globals, json] {

@@ -12,8 +12,8 @@ namespace kvcache {
 
 struct SequenceState {
   SeqId id = 0;
-  std::uint64_t tokens = 0;  // tokens held now
-  std::uint64_t pages = 0;   // pages referenced, shared ones included
+  std::uint64_t tokens = 0;    // tokens held now
+  std::uint64_t pages = 0;     // pages referenced, shared ones included
   std::int32_t priority = 50;  // 0..100, higher is kept longer
   std::uint64_t created_step = 0;
   std::uint64_t last_used_step = 0;

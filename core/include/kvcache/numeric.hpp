@@ -2,16 +2,20 @@
 // the definitions every kernel is checked against: round to nearest, ties to even.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
-#include <algorithm>
 #include <cstdint>
 
 namespace kvcache {
 
 // IEEE binary16 through the compiler's _Float16 (hardware where the ISA has it).
-inline std::uint16_t fp16_from_float(float x) { return std::bit_cast<std::uint16_t>(static_cast<_Float16>(x)); }
-inline float float_from_fp16(std::uint16_t h) { return static_cast<float>(std::bit_cast<_Float16>(h)); }
+inline std::uint16_t fp16_from_float(float x) {
+  return std::bit_cast<std::uint16_t>(static_cast<_Float16>(x));
+}
+inline float float_from_fp16(std::uint16_t h) {
+  return static_cast<float>(std::bit_cast<_Float16>(h));
+}
 
 // bfloat16: the upper half of a float32, rounded to nearest even; NaN stays a quiet NaN.
 inline std::uint16_t bf16_from_float(float x) {
@@ -20,7 +24,9 @@ inline std::uint16_t bf16_from_float(float x) {
   const std::uint32_t rounding = 0x7FFFu + ((bits >> 16) & 1u);
   return static_cast<std::uint16_t>((bits + rounding) >> 16);
 }
-inline float float_from_bf16(std::uint16_t b) { return std::bit_cast<float>(std::uint32_t{b} << 16); }
+inline float float_from_bf16(std::uint16_t b) {
+  return std::bit_cast<float>(std::uint32_t{b} << 16);
+}
 
 // OCP FP8 E4M3 ("E4M3FN"): bias 7, no infinities, 0x7F/0xFF are NaN, largest finite 448.
 // Encoding saturates at +-448, as the KV formats always scale into range first.

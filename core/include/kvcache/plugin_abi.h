@@ -99,9 +99,9 @@ typedef int32_t (*kvc_plugin_entry_fn)(const kvc_host_info* host,
                                        const kvc_plugin_descriptor** descriptor, kvc_error* err);
 
 /* Every instance table starts with these fields. options_json is a JSON object (never NULL). */
-#define KVC_INSTANCE_TABLE_HEADER                                                   \
-  uint32_t struct_size;                                                             \
-  int32_t (*create)(const char* options_json, void** instance, kvc_error* err);     \
+#define KVC_INSTANCE_TABLE_HEADER                                               \
+  uint32_t struct_size;                                                         \
+  int32_t (*create)(const char* options_json, void** instance, kvc_error* err); \
   void (*destroy)(void* instance);
 
 /* ---- attention masks ---------------------------------------------------------------------- */
@@ -154,10 +154,10 @@ typedef struct kvc_format_desc {
   uint32_t code_bits;   /* bits per stored element */
   uint32_t granularity; /* KVC_GRANULARITY_* */
   uint32_t group_size;
-  uint32_t symmetric; /* 1 when there is no zero point */
-  DLDataType scale_dtype; /* bits == 0 when there is no scale */
-  uint64_t tile_bytes; /* codes + scales (+ zeros) of one tile */
-  uint64_t code_bytes; /* the codes, first in the tile; scales and zeros follow */
+  uint32_t symmetric;       /* 1 when there is no zero point */
+  DLDataType scale_dtype;   /* bits == 0 when there is no scale */
+  uint64_t tile_bytes;      /* codes + scales (+ zeros) of one tile */
+  uint64_t code_bytes;      /* the codes, first in the tile; scales and zeros follow */
   uint32_t slot_code_bytes; /* per slot, when slots are self-contained; else 0 */
   uint32_t slot_meta_bytes;
 } kvc_format_desc;
@@ -178,8 +178,8 @@ typedef struct kvc_quantizer_table {
 
 typedef struct kvc_sequence_state {
   uint64_t id;
-  uint64_t tokens; /* tokens held now */
-  uint64_t pages;  /* pages referenced, shared ones included */
+  uint64_t tokens;  /* tokens held now */
+  uint64_t pages;   /* pages referenced, shared ones included */
   int32_t priority; /* 0..100, higher is kept longer */
   uint32_t reserved;
   uint64_t created_step;
@@ -263,8 +263,7 @@ typedef struct kvc_store_table {
   int32_t (*drop)(void* store, uint64_t sequence, const kvc_range* ranges, uint64_t n,
                   uint64_t* dropped, kvc_error* err);
   int32_t (*length)(void* store, uint64_t sequence, uint64_t* out, kvc_error* err);
-  int32_t (*written)(void* store, uint64_t sequence, uint32_t layer, uint64_t* out,
-                     kvc_error* err);
+  int32_t (*written)(void* store, uint64_t sequence, uint32_t layer, uint64_t* out, kvc_error* err);
   /* Writes min(capacity, length) positions; *count = the sequence's length. */
   int32_t (*positions)(void* store, uint64_t sequence, int64_t* out, uint64_t capacity,
                        uint64_t* count, kvc_error* err);
@@ -281,12 +280,11 @@ typedef struct kvc_store_table {
   int32_t (*gather)(void* store, uint32_t layer, uint64_t sequence, DLTensor* k, DLTensor* v,
                     kvc_error* err);
   /* Copies the tile when capacity >= its size; *size = the tile's size. */
-  int32_t (*read_tile)(void* store, uint32_t page, uint32_t layer, uint32_t kv_head,
-                       uint32_t value, void* out, uint64_t capacity, uint64_t* size,
-                       kvc_error* err);
+  int32_t (*read_tile)(void* store, uint32_t page, uint32_t layer, uint32_t kv_head, uint32_t value,
+                       void* out, uint64_t capacity, uint64_t* size, kvc_error* err);
   /* Writes min(capacity, length) scores; *count = the sequence's length. */
-  int32_t (*scores)(void* store, uint64_t sequence, float* out, uint64_t capacity,
-                    uint64_t* count, kvc_error* err);
+  int32_t (*scores)(void* store, uint64_t sequence, float* out, uint64_t capacity, uint64_t* count,
+                    kvc_error* err);
 } kvc_store_table;
 
 /* ---- attention ---------------------------------------------------------------------------- */

@@ -33,7 +33,7 @@ struct ComponentInfo {
   ComponentKind kind = ComponentKind::backend;
   std::string name;
   std::string version;
-  std::string plugin;          // the plugin's own name
+  std::string plugin;  // the plugin's own name
   std::string plugin_version;
   std::filesystem::path file;  // the shared library it lives in
   Capabilities capabilities;
@@ -95,6 +95,7 @@ class KVCACHE_API Registry {
 // Checks the component names and options of a config against what is installed: unknown names
 // get the nearest installed one, options are validated by creating each component once.
 // Backends missing from the preference list are warnings (a config is shared across hosts).
-KVCACHE_API std::vector<Diagnostic> check_components(const Config& config, const Registry& registry);
+KVCACHE_API std::vector<Diagnostic> check_components(const Config& config,
+                                                     const Registry& registry);
 
 }  // namespace kvcache

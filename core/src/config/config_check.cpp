@@ -27,8 +27,9 @@ std::vector<Diagnostic> check_components(const Config& config, const Registry& r
   for (const std::string& name : config.backends) {
     const ComponentInfo* info = registry.find(ComponentKind::backend, name);
     if (info == nullptr) {
-      out.push_back({Diagnostic::Severity::warning, config.backends_where, "backend",
-                     "backend '" + name + "' is not installed here" + did_you_mean(name, backends)});
+      out.push_back(
+          {Diagnostic::Severity::warning, config.backends_where, "backend",
+           "backend '" + name + "' is not installed here" + did_you_mean(name, backends)});
     } else if (info->available) {
       any_available = true;
     }
@@ -40,14 +41,16 @@ std::vector<Diagnostic> check_components(const Config& config, const Registry& r
   const auto quantizer = [&](const auto&... a) { registry.create_quantizer(a...); };
   check_choice(config.k_quantizer, "quantizer.k", quantizer, out);
   check_choice(config.v_quantizer, "quantizer.v", quantizer, out);
-  check_choice(config.mask, "mask", [&](const auto&... a) { registry.create_mask(a...); }, out);
+  check_choice(
+      config.mask, "mask", [&](const auto&... a) { registry.create_mask(a...); }, out);
   if (config.eviction.name == "none") {
     if (!config.eviction.options.empty())
       out.push_back({Diagnostic::Severity::error, config.eviction.where, "eviction",
                      "eviction 'none' takes no options"});
   } else {
-    check_choice(config.eviction, "eviction",
-                 [&](const auto&... a) { registry.create_eviction(a...); }, out);
+    check_choice(
+        config.eviction, "eviction", [&](const auto&... a) { registry.create_eviction(a...); },
+        out);
   }
   return out;
 }

@@ -49,17 +49,19 @@ FormatSpec parse_format(std::string_view name, const nlohmann::json& options) {
       spec.group = opts.get<std::uint32_t>("group", 32);
       spec.bits = opts.get<std::uint32_t>("bits", 4);
       if (spec.group == 0 || (spec.group & (spec.group - 1)) != 0 || spec.group > 1024)
-        throw Error(Code::invalid_argument, "kivi-k: option 'group' must be a power of two up to 1024 tokens, got " +
-                                                std::to_string(spec.group));
+        throw Error(Code::invalid_argument,
+                    "kivi-k: option 'group' must be a power of two up to 1024 tokens, got " +
+                        std::to_string(spec.group));
       if (spec.bits != 4 && spec.bits != 2)
-        throw Error(Code::invalid_argument, "kivi-k: option 'bits' must be 4 or 2, got " +
-                                                std::to_string(spec.bits));
+        throw Error(Code::invalid_argument,
+                    "kivi-k: option 'bits' must be 4 or 2, got " + std::to_string(spec.bits));
     } else if (f.kind == FormatKind::int4_group) {
       opts.only({"group"});
       spec.group = opts.get<std::uint32_t>("group", 32);
       if (spec.group != 32 && spec.group != 64 && spec.group != 128)
-        throw Error(Code::invalid_argument, "int4-group: option 'group' must be 32, 64 or 128, got " +
-                                                std::to_string(spec.group));
+        throw Error(
+            Code::invalid_argument,
+            "int4-group: option 'group' must be 32, 64 or 128, got " + std::to_string(spec.group));
     } else {
       opts.only({});
     }
@@ -77,9 +79,15 @@ StorageFormat format_layout(const FormatSpec& spec, std::uint32_t head_dim,
   [[maybe_unused]] const DLDataType f32{kDLFloat, 32, 1};
   const DLDataType f16{kDLFloat, 16, 1};
   switch (spec.kind) {
-    case FormatKind::fp32: f.code_bits = 32; break;
-    case FormatKind::fp16: f.code_bits = 16; break;
-    case FormatKind::bf16: f.code_bits = 16; break;
+    case FormatKind::fp32:
+      f.code_bits = 32;
+      break;
+    case FormatKind::fp16:
+      f.code_bits = 16;
+      break;
+    case FormatKind::bf16:
+      f.code_bits = 16;
+      break;
     case FormatKind::fp8_e4m3:
     case FormatKind::int8_per_token:
       f.code_bits = 8;
@@ -105,10 +113,10 @@ StorageFormat format_layout(const FormatSpec& spec, std::uint32_t head_dim,
   std::uint64_t meta_bytes = std::uint64_t{page_size} * f.slot_meta_bytes;
   if (spec.kind == FormatKind::kivi_k) {
     if (page_size % spec.group != 0)
-      throw Error(Code::invalid_argument,
-                  "kivi-k: its group of " + std::to_string(spec.group) +
-                      " tokens must divide the page size " + std::to_string(page_size) +
-                      " (set quantizer option 'group' or cache.page_size)");
+      throw Error(Code::invalid_argument, "kivi-k: its group of " + std::to_string(spec.group) +
+                                              " tokens must divide the page size " +
+                                              std::to_string(page_size) +
+                                              " (set quantizer option 'group' or cache.page_size)");
     f.code_bits = spec.bits;
     f.granularity = Granularity::channel;
     f.group_size = spec.group;

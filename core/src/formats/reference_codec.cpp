@@ -26,7 +26,8 @@ void quantize_asymmetric(const float* x, std::size_t n, std::size_t stride, int 
                          std::byte* meta, std::byte* codes, std::size_t code_index,
                          std::size_t code_stride) {
   float lo = x[0], hi = x[0];
-  for (std::size_t i = 1; i < n; ++i) lo = std::min(lo, x[i * stride]), hi = std::max(hi, x[i * stride]);
+  for (std::size_t i = 1; i < n; ++i)
+    lo = std::min(lo, x[i * stride]), hi = std::max(hi, x[i * stride]);
   const float levels = static_cast<float>((1 << bits) - 1);
   // Quantize with the fp16-rounded scale and minimum that decode will see.
   const std::uint16_t scale16 = fp16_from_float((hi - lo) / levels);
@@ -89,8 +90,8 @@ void encode(const FormatSpec& spec, std::span<const float> x, std::byte* codes, 
     case FormatKind::int4_group: {
       std::memset(codes, 0, d / 2);
       for (std::size_t start = 0; start < d; start += spec.group)
-        quantize_asymmetric(x.data() + start, spec.group, 1, 4, meta + start / spec.group * 4, codes,
-                            start, 1);
+        quantize_asymmetric(x.data() + start, spec.group, 1, 4, meta + start / spec.group * 4,
+                            codes, start, 1);
       return;
     }
     case FormatKind::kivi_k:
@@ -117,10 +118,12 @@ void decode(const FormatSpec& spec, const std::byte* codes, const std::byte* met
       std::memcpy(out.data(), codes, d * sizeof(float));
       return;
     case FormatKind::fp16:
-      for (std::size_t i = 0; i < d; ++i) out[i] = float_from_fp16(load<std::uint16_t>(codes + 2 * i));
+      for (std::size_t i = 0; i < d; ++i)
+        out[i] = float_from_fp16(load<std::uint16_t>(codes + 2 * i));
       return;
     case FormatKind::bf16:
-      for (std::size_t i = 0; i < d; ++i) out[i] = float_from_bf16(load<std::uint16_t>(codes + 2 * i));
+      for (std::size_t i = 0; i < d; ++i)
+        out[i] = float_from_bf16(load<std::uint16_t>(codes + 2 * i));
       return;
     case FormatKind::fp8_e4m3: {
       const float scale = load<float>(meta);
@@ -130,7 +133,8 @@ void decode(const FormatSpec& spec, const std::byte* codes, const std::byte* met
     }
     case FormatKind::int8_per_token: {
       const float scale = load<float>(meta);
-      for (std::size_t i = 0; i < d; ++i) out[i] = static_cast<float>(load<std::int8_t>(codes + i)) * scale;
+      for (std::size_t i = 0; i < d; ++i)
+        out[i] = static_cast<float>(load<std::int8_t>(codes + i)) * scale;
       return;
     }
     case FormatKind::int4_group:

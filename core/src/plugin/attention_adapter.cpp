@@ -51,8 +51,8 @@ class HostAttention final : public Attention {
 std::unique_ptr<Attention> make_attention(std::shared_ptr<const PluginLibrary> library,
                                           const kvc_attention_table* table, void* attention,
                                           const std::string& who) {
-  return std::make_unique<HostAttention>(
-      std::make_unique<PluginInstance<kvc_attention_table>>(std::move(library), table, attention, who));
+  return std::make_unique<HostAttention>(std::make_unique<PluginInstance<kvc_attention_table>>(
+      std::move(library), table, attention, who));
 }
 
 }  // namespace kvcache::plugin

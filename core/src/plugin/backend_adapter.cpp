@@ -53,7 +53,8 @@ class HostBackend final : public Backend {
       throw Error(Code::internal, instance_->who() + ": made no " + what);
     if (table->struct_size < sizeof(Table)) {
       table->destroy(object);
-      throw Error(Code::internal, instance_->who() + ": " + what + " table is too small for ABI 1.0");
+      throw Error(Code::internal,
+                  instance_->who() + ": " + what + " table is too small for ABI 1.0");
     }
   }
 

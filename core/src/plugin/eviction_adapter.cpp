@@ -83,12 +83,12 @@ class HostEviction final : public EvictionPolicy {
     std::vector<kvc_sequence_state> sequences;
     sequences.reserve(state.sequences.size());
     for (const SequenceState& s : state.sequences)
-      sequences.push_back({s.id, s.tokens, s.pages, s.priority, 0, s.created_step,
-                           s.last_used_step, s.next_position});
+      sequences.push_back({s.id, s.tokens, s.pages, s.priority, 0, s.created_step, s.last_used_step,
+                           s.next_position});
     Exchange exchange{state, {}};
-    const kvc_cache_state c{sizeof(kvc_cache_state), state.page_size,      state.step,
-                            state.total_pages,       state.free_pages,     state.cached_pages,
-                            sequences.size(),        sequences.data(),     &exchange,
+    const kvc_cache_state c{sizeof(kvc_cache_state), state.page_size,  state.step,
+                            state.total_pages,       state.free_pages, state.cached_pages,
+                            sequences.size(),        sequences.data(), &exchange,
                             &Exchange::tokens};
     kvc_plan_builder builder{sizeof(kvc_plan_builder), &exchange, &Exchange::free_cached,
                              &Exchange::preempt, &Exchange::drop};

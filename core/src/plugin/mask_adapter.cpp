@@ -5,7 +5,8 @@
 namespace kvcache::plugin {
 namespace {
 
-static_assert(sizeof(PositionRange) == sizeof(kvc_range) && alignof(PositionRange) == alignof(kvc_range));
+static_assert(sizeof(PositionRange) == sizeof(kvc_range) &&
+              alignof(PositionRange) == alignof(kvc_range));
 
 class HostMask final : public AttentionMask {
  public:

@@ -6,8 +6,8 @@
 #include <exception>
 #include <string_view>
 
-#include <boost/dll/shared_library_load_mode.hpp>
 #include <boost/dll/detail/system_error.hpp>
+#include <boost/dll/shared_library_load_mode.hpp>
 
 #include "kvcache/status.hpp"
 #include "plugin/host_call.hpp"
@@ -52,9 +52,8 @@ void validate(const kvc_plugin_descriptor& d) {
     if (c.table == nullptr) throw LoadError(which + " '" + c.name + "' has no function table");
     const auto table_size = *static_cast<const uint32_t*>(c.table);
     if (table_size < needed)
-      throw LoadError(which + " '" + c.name + "': function table is " +
-                      std::to_string(table_size) + " bytes, ABI 1.0 needs " +
-                      std::to_string(needed));
+      throw LoadError(which + " '" + c.name + "': function table is " + std::to_string(table_size) +
+                      " bytes, ABI 1.0 needs " + std::to_string(needed));
   }
 }
 
@@ -62,11 +61,16 @@ void validate(const kvc_plugin_descriptor& d) {
 
 std::size_t minimum_table_size(std::uint32_t kind) {
   switch (kind) {
-    case KVC_KIND_BACKEND: return sizeof(kvc_backend_table);
-    case KVC_KIND_QUANTIZER: return sizeof(kvc_quantizer_table);
-    case KVC_KIND_MASK: return sizeof(kvc_mask_table);
-    case KVC_KIND_EVICTION: return sizeof(kvc_eviction_table);
-    default: return 0;
+    case KVC_KIND_BACKEND:
+      return sizeof(kvc_backend_table);
+    case KVC_KIND_QUANTIZER:
+      return sizeof(kvc_quantizer_table);
+    case KVC_KIND_MASK:
+      return sizeof(kvc_mask_table);
+    case KVC_KIND_EVICTION:
+      return sizeof(kvc_eviction_table);
+    default:
+      return 0;
   }
 }
 
@@ -106,8 +110,8 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::load(const std::filesystem::
     throw LoadError("entry function threw an unknown exception");
   }
   if (rc != KVC_OK)
-    throw LoadError("entry function failed (" +
-                    std::string(code_name(static_cast<Code>(rc))) + "): " + message_of(err));
+    throw LoadError("entry function failed (" + std::string(code_name(static_cast<Code>(rc))) +
+                    "): " + message_of(err));
   if (descriptor == nullptr) throw LoadError("entry function returned no descriptor");
   validate(*descriptor);
 

@@ -28,7 +28,9 @@ Capabilities capabilities_of(const kvc_component& c) {
   return caps;
 }
 
-bool known_kind(uint32_t kind) { return kind >= KVC_KIND_BACKEND && kind <= KVC_KIND_EVICTION; }
+bool known_kind(uint32_t kind) {
+  return kind >= KVC_KIND_BACKEND && kind <= KVC_KIND_EVICTION;
+}
 
 // Does a `required` entry name this file or plugin?
 bool names_plugin(const std::string& entry, const fs::path& file, const std::string& plugin_name) {
@@ -102,10 +104,10 @@ struct Registry::Impl {
       const std::vector<std::string> known = names(kind);
       std::string list;
       for (const std::string& n : known) list += (list.empty() ? "" : ", ") + n;
-      throw Error(Code::not_found, "unknown " + std::string(kind_name(kind)) + " '" +
-                                       std::string(name) + "'" + did_you_mean(name, known) +
-                                       (known.empty() ? "; none is installed"
-                                                      : "; installed: " + list));
+      throw Error(Code::not_found,
+                  "unknown " + std::string(kind_name(kind)) + " '" + std::string(name) + "'" +
+                      did_you_mean(name, known) +
+                      (known.empty() ? "; none is installed" : "; installed: " + list));
     }
     if (!info->available)
       throw Error(Code::unavailable, std::string(kind_name(kind)) + " '" + info->name +
@@ -133,7 +135,8 @@ struct Registry::Impl {
         return names_plugin(entry, r.file, "");
       });
       if (rejected_it != rejected.end())
-        message += "could not be loaded: " + rejected_it->file.string() + ": " + rejected_it->reason;
+        message +=
+            "could not be loaded: " + rejected_it->file.string() + ": " + rejected_it->reason;
       else
         message += "was not found in any plugin location (see `kvcache plugins`)";
       problems.push_back({Diagnostic::Severity::error, where, "plugins", message});
@@ -164,14 +167,20 @@ std::shared_ptr<const Registry> Registry::load(const PluginSettings& settings) {
   return std::shared_ptr<const Registry>(new Registry(std::move(impl)));
 }
 
-const std::vector<ComponentInfo>& Registry::components() const { return impl_->infos; }
-const std::vector<RejectedPlugin>& Registry::rejected() const { return impl_->rejected; }
+const std::vector<ComponentInfo>& Registry::components() const {
+  return impl_->infos;
+}
+const std::vector<RejectedPlugin>& Registry::rejected() const {
+  return impl_->rejected;
+}
 
 const ComponentInfo* Registry::find(ComponentKind kind, std::string_view name) const {
   return impl_->find(kind, name);
 }
 
-std::vector<std::string> Registry::names(ComponentKind kind) const { return impl_->names(kind); }
+std::vector<std::string> Registry::names(ComponentKind kind) const {
+  return impl_->names(kind);
+}
 
 std::unique_ptr<AttentionMask> Registry::create_mask(std::string_view name,
                                                      const nlohmann::json& options) const {

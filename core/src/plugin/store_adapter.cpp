@@ -96,7 +96,9 @@ class HostStore final : public CacheStore {
   void gather(std::uint32_t layer, SeqId id, DLTensor& k, DLTensor& v) const override {
     s_->call(&kvc_store_table::gather, layer, id, &k, &v);
   }
-  std::vector<float> scores(SeqId id) const override { return per_slot<float>(&kvc_store_table::scores, id); }
+  std::vector<float> scores(SeqId id) const override {
+    return per_slot<float>(&kvc_store_table::scores, id);
+  }
   // The plugin's own handle, for a call that passes this store back to the same plugin.
   void* handle_for(const PluginLibrary& library) const {
     if (s_->library().get() != &library)

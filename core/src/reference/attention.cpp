@@ -44,7 +44,8 @@ void attention(const AttentionShape& shape, std::span<const float> q, std::span<
       sum += w;
       for (std::size_t i = 0; i < d; ++i) acc[i] += w * values[(t * shape.kv_heads + kv) * d + i];
     }
-    for (std::size_t i = 0; i < d; ++i) out[h * d + i] = sum > 0.0 ? static_cast<float>(acc[i] / sum) : 0.0f;
+    for (std::size_t i = 0; i < d; ++i)
+      out[h * d + i] = sum > 0.0 ? static_cast<float>(acc[i] / sum) : 0.0f;
     if (!weights.empty() && sum > 0.0) {
       for (std::size_t t = 0; t < n; ++t)
         if (seen(positions[t])) weights[t] += static_cast<float>(std::exp(logits[t] - top) / sum);

@@ -15,11 +15,12 @@ struct AttentionThunks {
     AttentionRequest r;
     r.layer = a.layer;
     r.sequences = std::span<const SeqId>(a.sequences, a.n_sequences);
-    if (a.query_counts != nullptr) r.query_counts = std::span<const std::uint32_t>(a.query_counts, a.n_sequences);
+    if (a.query_counts != nullptr)
+      r.query_counts = std::span<const std::uint32_t>(a.query_counts, a.n_sequences);
     r.q = a.q;
     r.out = a.out;
-    r.visible.ranges = std::span<const PositionRange>(reinterpret_cast<const PositionRange*>(a.ranges),
-                                                      a.n_queries * a.max_ranges);
+    r.visible.ranges = std::span<const PositionRange>(
+        reinterpret_cast<const PositionRange*>(a.ranges), a.n_queries * a.max_ranges);
     r.visible.counts = std::span<const std::uint32_t>(a.range_counts, a.n_queries);
     r.visible.max_ranges = a.max_ranges;
     r.scale = a.scale;
@@ -33,10 +34,12 @@ struct AttentionThunks {
   static int32_t decode(void* a, void* s, const kvc_attention_args* args, kvc_error* err) noexcept {
     return guard(err, [&] { self(a).decode(store(s), request(*args)); });
   }
-  static int32_t prefill(void* a, void* s, const kvc_attention_args* args, kvc_error* err) noexcept {
+  static int32_t prefill(void* a, void* s, const kvc_attention_args* args,
+                         kvc_error* err) noexcept {
     return guard(err, [&] { self(a).prefill(store(s), request(*args)); });
   }
-  static constexpr kvc_attention_table table{sizeof(kvc_attention_table), &destroy, &decode, &prefill};
+  static constexpr kvc_attention_table table{sizeof(kvc_attention_table), &destroy, &decode,
+                                             &prefill};
 };
 
 }  // namespace kvcache::sdk::detail

@@ -3,12 +3,12 @@
 #pragma once
 
 #include <algorithm>
-#include <initializer_list>
 #include <cstdint>
-#include <type_traits>
-#include <utility>
+#include <initializer_list>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -52,7 +52,8 @@ class Options {
     } else if constexpr (std::is_integral_v<T>) {
       if (v.is_number_unsigned() && std::in_range<T>(v.get<std::uint64_t>()))
         return static_cast<T>(v.get<std::uint64_t>());
-      if (v.is_number_integer() && !v.is_number_unsigned() && std::in_range<T>(v.get<std::int64_t>()))
+      if (v.is_number_integer() && !v.is_number_unsigned() &&
+          std::in_range<T>(v.get<std::int64_t>()))
         return static_cast<T>(v.get<std::int64_t>());
       fail(k, "an integer in range", v);
     } else if constexpr (std::is_floating_point_v<T>) {
@@ -71,10 +72,10 @@ class Options {
       if (std::find(names.begin(), names.end(), key) != names.end()) continue;
       std::string list;
       for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
-      throw Error(Code::invalid_argument,
-                  "unknown option '" + key + "'" + did_you_mean(key, names) +
-                      (names.empty() ? "; this component takes no options"
-                                     : "; valid options: " + list));
+      throw Error(
+          Code::invalid_argument,
+          "unknown option '" + key + "'" + did_you_mean(key, names) +
+              (names.empty() ? "; this component takes no options" : "; valid options: " + list));
     }
   }
 

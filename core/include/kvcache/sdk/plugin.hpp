@@ -87,15 +87,21 @@ T& self(void* instance) {
 
 // ---- masks ----
 
-static_assert(sizeof(PositionRange) == sizeof(kvc_range) && alignof(PositionRange) == alignof(kvc_range));
+static_assert(sizeof(PositionRange) == sizeof(kvc_range) &&
+              alignof(PositionRange) == alignof(kvc_range));
 
 template <class T>
 struct MaskThunks {
   static int32_t describe(void* instance, kvc_mask_desc* out, kvc_error* err) noexcept {
     return guard(err, [&] {
       const MaskDescription d = self<T>(instance).describe();
-      kvc_mask_desc c{sizeof(kvc_mask_desc), static_cast<std::uint32_t>(d.kind), d.max_ranges, 0,
-                      d.window, d.sinks, d.chunk};
+      kvc_mask_desc c{sizeof(kvc_mask_desc),
+                      static_cast<std::uint32_t>(d.kind),
+                      d.max_ranges,
+                      0,
+                      d.window,
+                      d.sinks,
+                      d.chunk};
       copy_out(c, out);
     });
   }
@@ -104,9 +110,10 @@ struct MaskThunks {
     return guard(err, [&] {
       const T& mask = self<T>(instance);
       const std::size_t per_query = mask.describe().max_ranges;
-      mask.visible(std::span<const Position>(queries, n),
-                   std::span<PositionRange>(reinterpret_cast<PositionRange*>(ranges), n * per_query),
-                   std::span<std::uint32_t>(counts, n));
+      mask.visible(
+          std::span<const Position>(queries, n),
+          std::span<PositionRange>(reinterpret_cast<PositionRange*>(ranges), n * per_query),
+          std::span<std::uint32_t>(counts, n));
     });
   }
   static constexpr kvc_mask_table table{sizeof(kvc_mask_table), &create<T>, &destroy<T>, &describe,
@@ -124,16 +131,16 @@ struct QuantizerThunks {
       copy_out(c, out);
     });
   }
-  static int32_t encode(void* instance, const DLTensor* src, uint32_t first_slot, uint32_t page_size,
-                        void* tile, kvc_error* err) noexcept {
+  static int32_t encode(void* instance, const DLTensor* src, uint32_t first_slot,
+                        uint32_t page_size, void* tile, kvc_error* err) noexcept {
     return guard(err, [&] { self<T>(instance).encode(*src, first_slot, page_size, tile); });
   }
   static int32_t decode(void* instance, const void* tile, uint32_t first_slot, uint32_t page_size,
                         DLTensor* dst, kvc_error* err) noexcept {
     return guard(err, [&] { self<T>(instance).decode(tile, first_slot, page_size, *dst); });
   }
-  static constexpr kvc_quantizer_table table{sizeof(kvc_quantizer_table), &create<T>, &destroy<T>,
-                                             &describe, &encode, &decode};
+  static constexpr kvc_quantizer_table table{
+      sizeof(kvc_quantizer_table), &create<T>, &destroy<T>, &describe, &encode, &decode};
 };
 
 // ---- eviction ----
@@ -162,7 +169,8 @@ inline void send_plan(const EvictionPlan& plan, kvc_plan_builder* builder) {
     if (rc != KVC_OK) throw Error(static_cast<Code>(rc), std::string("host refused ") + what);
   };
   if (plan.free_cached_pages > 0)
-    check(builder->free_cached_pages(builder->context, plan.free_cached_pages), "free_cached_pages");
+    check(builder->free_cached_pages(builder->context, plan.free_cached_pages),
+          "free_cached_pages");
   for (SeqId s : plan.preempt) check(builder->preempt(builder->context, s), "preempt");
   for (const DroppedRange& d : plan.drop)
     check(builder->drop(builder->context, d.sequence, d.range.begin, d.range.end), "drop");
@@ -178,13 +186,13 @@ struct EvictionThunks {
       sequences.reserve(state->n_sequences);
       for (uint64_t i = 0; i < state->n_sequences; ++i) {
         const kvc_sequence_state& s = state->sequences[i];
-        sequences.push_back({s.id, s.tokens, s.pages, s.priority, s.created_step,
-                             s.last_used_step, s.next_position});
+        sequences.push_back({s.id, s.tokens, s.pages, s.priority, s.created_step, s.last_used_step,
+                             s.next_position});
       }
       const HostTokens tokens(*state);
-      const CacheState view{state->page_size,  state->step,         state->total_pages,
-                            state->free_pages, state->cached_pages, sequences,
-                            &tokens};
+      const CacheState view{
+          state->page_size, state->step, state->total_pages, state->free_pages, state->cached_pages,
+          sequences,        &tokens};
       send_plan(policy_call(view), builder);
     });
   }
@@ -202,8 +210,12 @@ struct EvictionThunks {
       return self<T>(instance).on_pressure(view, pages_needed);
     });
   }
-  static constexpr kvc_eviction_table table{sizeof(kvc_eviction_table), &create<T>, &destroy<T>,
-                                            &wants_scores, &after_step, &on_pressure};
+  static constexpr kvc_eviction_table table{sizeof(kvc_eviction_table),
+                                            &create<T>,
+                                            &destroy<T>,
+                                            &wants_scores,
+                                            &after_step,
+                                            &on_pressure};
 };
 
 // ---- backends ----
@@ -219,11 +231,11 @@ struct BackendThunks {
       const std::vector<DeviceInfo> devices = self<T>(instance).devices();
       if (index >= devices.size())
         throw Error(Code::invalid_argument, "device index " + std::to_string(index) +
-                                                " out of range (" +
-                                                std::to_string(devices.size()) + " devices)");
+                                                " out of range (" + std::to_string(devices.size()) +
+                                                " devices)");
       const DeviceInfo& d = devices[index];
-      kvc_device_info c{sizeof(kvc_device_info), d.index, d.available ? 1u : 0u, 0, d.memory_bytes,
-                        {}, {}};
+      kvc_device_info c{
+          sizeof(kvc_device_info), d.index, d.available ? 1u : 0u, 0, d.memory_bytes, {}, {}};
       std::snprintf(c.name, sizeof(c.name), "%s", d.name.c_str());
       std::snprintf(c.reason, sizeof(c.reason), "%s", d.reason.c_str());
       copy_out(c, out);
@@ -248,26 +260,38 @@ struct BackendThunks {
       *attention = made.release();
     });
   }
-  static constexpr kvc_backend_table table{sizeof(kvc_backend_table), &create<T>, &destroy<T>,
-                                           &device_count, &device_info, &create_store,
+  static constexpr kvc_backend_table table{sizeof(kvc_backend_table),
+                                           &create<T>,
+                                           &destroy<T>,
+                                           &device_count,
+                                           &device_info,
+                                           &create_store,
                                            &create_attention};
 };
 
 // The thunks and kind of a component class, by the interface it implements.
 template <class T>
 constexpr auto thunks_of() {
-  if constexpr (std::is_base_of_v<AttentionMask, T>) return MaskThunks<T>{};
-  else if constexpr (std::is_base_of_v<Quantizer, T>) return QuantizerThunks<T>{};
-  else if constexpr (std::is_base_of_v<EvictionPolicy, T>) return EvictionThunks<T>{};
-  else if constexpr (std::is_base_of_v<Backend, T>) return BackendThunks<T>{};
+  if constexpr (std::is_base_of_v<AttentionMask, T>)
+    return MaskThunks<T>{};
+  else if constexpr (std::is_base_of_v<Quantizer, T>)
+    return QuantizerThunks<T>{};
+  else if constexpr (std::is_base_of_v<EvictionPolicy, T>)
+    return EvictionThunks<T>{};
+  else if constexpr (std::is_base_of_v<Backend, T>)
+    return BackendThunks<T>{};
 }
 
 template <class T>
 constexpr std::uint32_t kind_of() {
-  if constexpr (std::is_base_of_v<AttentionMask, T>) return KVC_KIND_MASK;
-  else if constexpr (std::is_base_of_v<Quantizer, T>) return KVC_KIND_QUANTIZER;
-  else if constexpr (std::is_base_of_v<EvictionPolicy, T>) return KVC_KIND_EVICTION;
-  else return KVC_KIND_BACKEND;
+  if constexpr (std::is_base_of_v<AttentionMask, T>)
+    return KVC_KIND_MASK;
+  else if constexpr (std::is_base_of_v<Quantizer, T>)
+    return KVC_KIND_QUANTIZER;
+  else if constexpr (std::is_base_of_v<EvictionPolicy, T>)
+    return KVC_KIND_EVICTION;
+  else
+    return KVC_KIND_BACKEND;
 }
 
 // Everything the descriptor points into; built once, never moved.
@@ -289,8 +313,12 @@ class PluginData {
       components_.push_back({sizeof(kvc_component), s.kind, s.name.c_str(), s.version.c_str(),
                              &capabilities_.back(), s.availability, s.table});
     }
-    descriptor_ = {sizeof(kvc_plugin_descriptor), KVC_ABI_MAJOR, KVC_ABI_MINOR, name_.c_str(),
-                   version_.c_str(), static_cast<uint32_t>(components_.size()),
+    descriptor_ = {sizeof(kvc_plugin_descriptor),
+                   KVC_ABI_MAJOR,
+                   KVC_ABI_MINOR,
+                   name_.c_str(),
+                   version_.c_str(),
+                   static_cast<uint32_t>(components_.size()),
                    components_.data()};
   }
   PluginData(const PluginData&) = delete;
@@ -312,10 +340,11 @@ int32_t entry(const kvc_host_info* host, const kvc_plugin_descriptor** out, kvc_
               Make make) noexcept {
   return guard(err, [&] {
     if (host == nullptr || host->abi_major != KVC_ABI_MAJOR)
-      throw Error(Code::unsupported,
-                  "plugin needs kvcache ABI " + std::to_string(KVC_ABI_MAJOR) + ".x, host offers " +
-                      (host ? std::to_string(host->abi_major) + "." + std::to_string(host->abi_minor)
-                            : std::string("nothing")));
+      throw Error(
+          Code::unsupported,
+          "plugin needs kvcache ABI " + std::to_string(KVC_ABI_MAJOR) + ".x, host offers " +
+              (host ? std::to_string(host->abi_major) + "." + std::to_string(host->abi_minor)
+                    : std::string("nothing")));
     static const PluginData data = make();
     *out = data.descriptor();
   });
@@ -328,10 +357,12 @@ template <class T>
 ComponentSpec component(std::string name, std::string version, Capabilities capabilities = {}) {
   constexpr bool known = std::is_base_of_v<AttentionMask, T> || std::is_base_of_v<Quantizer, T> ||
                          std::is_base_of_v<EvictionPolicy, T> || std::is_base_of_v<Backend, T>;
-  static_assert(known, "a component implements AttentionMask, Quantizer, EvictionPolicy or Backend");
+  static_assert(known,
+                "a component implements AttentionMask, Quantizer, EvictionPolicy or Backend");
   static_assert(std::is_constructible_v<T, const Options&>, "a component is built from Options");
-  ComponentSpec spec{detail::kind_of<T>(), std::move(name), std::move(version),
-                     std::move(capabilities), nullptr, &decltype(detail::thunks_of<T>())::table};
+  ComponentSpec spec{
+      detail::kind_of<T>(),    std::move(name), std::move(version),
+      std::move(capabilities), nullptr,         &decltype(detail::thunks_of<T>())::table};
   if constexpr (requires { T::availability(); }) spec.availability = &detail::availability<T>;
   return spec;
 }
@@ -339,10 +370,10 @@ ComponentSpec component(std::string name, std::string version, Capabilities capa
 }  // namespace kvcache::sdk
 
 // Exports the plugin's entry function; the only symbol a plugin makes visible.
-#define KVCACHE_PLUGIN(plugin_name, plugin_version, ...)                                      \
-  extern "C" __attribute__((visibility("default"))) int32_t kvcache_plugin_entry(             \
-      const kvc_host_info* host, const kvc_plugin_descriptor** out, kvc_error* err) {         \
-    return ::kvcache::sdk::detail::entry(host, out, err, [] {                                 \
+#define KVCACHE_PLUGIN(plugin_name, plugin_version, ...)                                     \
+  extern "C" __attribute__((visibility("default"))) int32_t kvcache_plugin_entry(            \
+      const kvc_host_info* host, const kvc_plugin_descriptor** out, kvc_error* err) {        \
+    return ::kvcache::sdk::detail::entry(host, out, err, [] {                                \
       return ::kvcache::sdk::detail::PluginData(plugin_name, plugin_version, {__VA_ARGS__}); \
-    });                                                                                       \
+    });                                                                                      \
   }

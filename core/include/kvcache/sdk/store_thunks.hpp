@@ -21,17 +21,23 @@ struct StoreThunks {
   static int32_t info(void* s, kvc_store_info* out, kvc_error* err) noexcept {
     return guard(err, [&] {
       const StoreInfo i = store(s).info();
-      const kvc_store_info c{sizeof(kvc_store_info), i.page_size, i.total_pages, i.page_bytes,
-                             to_c(i.k_format), to_c(i.v_format)};
+      const kvc_store_info c{sizeof(kvc_store_info), i.page_size,      i.total_pages,
+                             i.page_bytes,           to_c(i.k_format), to_c(i.v_format)};
       copy_out(c, out);
     });
   }
   static int32_t stats(void* s, kvc_store_stats* out, kvc_error* err) noexcept {
     return guard(err, [&] {
       const StoreStats t = store(s).stats();
-      const kvc_store_stats c{sizeof(kvc_store_stats), 0,          t.total_pages,
-                              t.used_pages,            t.cached_pages, t.free_pages,
-                              t.sequences,             t.occupied_slots, t.unused_slots,
+      const kvc_store_stats c{sizeof(kvc_store_stats),
+                              0,
+                              t.total_pages,
+                              t.used_pages,
+                              t.cached_pages,
+                              t.free_pages,
+                              t.sequences,
+                              t.occupied_slots,
+                              t.unused_slots,
                               t.page_bytes};
       copy_out(c, out);
     });
@@ -82,7 +88,8 @@ struct StoreThunks {
   }
   static int32_t publish_prefix(void* s, uint64_t id, const int32_t* tokens, uint64_t n,
                                 kvc_error* err) noexcept {
-    return guard(err, [&] { store(s).publish_prefix(id, std::span<const std::int32_t>(tokens, n)); });
+    return guard(err,
+                 [&] { store(s).publish_prefix(id, std::span<const std::int32_t>(tokens, n)); });
   }
   static int32_t match_prefix(void* s, uint64_t id, const int32_t* tokens, uint64_t n,
                               uint64_t* matched, kvc_error* err) noexcept {
@@ -125,11 +132,26 @@ struct StoreThunks {
     });
   }
 
-  static constexpr kvc_store_table table{
-      sizeof(kvc_store_table), &destroy,        &info,           &stats,          &create_sequence,
-      &release,                &fork,           &reserve,        &append,         &drop,
-      &length,                 &written,        &positions,      &publish_prefix, &match_prefix,
-      &evict_cached,           &page_table,     &gather,         &read_tile,      &scores};
+  static constexpr kvc_store_table table{sizeof(kvc_store_table),
+                                         &destroy,
+                                         &info,
+                                         &stats,
+                                         &create_sequence,
+                                         &release,
+                                         &fork,
+                                         &reserve,
+                                         &append,
+                                         &drop,
+                                         &length,
+                                         &written,
+                                         &positions,
+                                         &publish_prefix,
+                                         &match_prefix,
+                                         &evict_cached,
+                                         &page_table,
+                                         &gather,
+                                         &read_tile,
+                                         &scores};
 };
 
 }  // namespace kvcache::sdk::detail
