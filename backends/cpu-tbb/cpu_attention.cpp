@@ -12,6 +12,7 @@
 #include <tbb/task_arena.h>
 
 #include "input_rows.hpp"
+#include "kvcache/formats.hpp"
 #include "kvcache/numeric.hpp"
 #include "paged_store.hpp"
 #include "softmax_block.hpp"
@@ -171,7 +172,10 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   // Walks the key blocks of an item (at most one page each), decoded into k and v.
   const SlotCodec& kc = store->codec(false);
   const SlotCodec& vc = store->codec(true);
-  const auto for_each_block = [&](const Item& item, float* k, float* v, auto&& body) {
+  // fp16 values are read in place by the kernel when it can; everything else is decoded first.
+  const bool values_in_place = vc.spec().kind == FormatKind::fp16 && takes_fp16_values(group, dim);
+  const auto for_each_block = [&](const Item& item, float* k, float* v, bool decode_values,
+                                  auto&& body) {
     const std::size_t seq = query_sequence[item.query];
     const auto& view = views[seq];
     for (const Segment& s : item.segments) {
@@ -179,7 +183,20 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
         const std::uint64_t e = std::min(s.end, (b / page + 1) * page);
         const PageId p = view.pages[b / page];
         const auto n = static_cast<std::uint32_t>(e - b);
+        // The tiles two pages ahead start arriving now (one page ahead is already on its way).
+        const std::uint64_t ahead_slot = (b / page + 2) * page;
+        const auto ahead = [&](bool value) -> const std::byte* {
+          return ahead_slot < s.end
+                     ? store->tile_of(view.pages[ahead_slot / page], r.layer, item.kv_head, value)
+                     : nullptr;
+        };
+        if (!decode_values && ahead(true) != nullptr) {
+          // Values read in place are not decoded: their next tile is asked for here.
+          for (std::uint64_t line = 0; line < vc.layout().tile_bytes; line += 64)
+            __builtin_prefetch(ahead(true) + line);
+        }
         for (const bool value : {false, true}) {
+          if (value && !decode_values) continue;
           const SlotCodec& codec = value ? vc : kc;
           float* rows = value ? v : k;
           // Slots of a token group still being filled wait in the residual, not in the page.
@@ -187,16 +204,10 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
               codec.spec().groups_tokens() ? view.written / codec.spec().group * codec.spec().group
                                            : view.written;
           const std::uint64_t split = std::clamp(complete, b, e);
-          // The tile two pages ahead starts arriving now (one page ahead is already on its way).
-          const std::uint64_t ahead_slot = (b / page + 2) * page;
-          const std::byte* ahead =
-              ahead_slot < s.end
-                  ? store->tile_of(view.pages[ahead_slot / page], r.layer, item.kv_head, value)
-                  : nullptr;
           if (split > b)
             codec.decode_rows(store->tile_of(p, r.layer, item.kv_head, value),
                               static_cast<std::uint32_t>(b % page),
-                              static_cast<std::uint32_t>(split - b), rows, ahead,
+                              static_cast<std::uint32_t>(split - b), rows, ahead(value),
                               codec.layout().tile_bytes);
           for (std::uint64_t slot = split; slot < e; ++slot)
             store->decode_row(r.sequences[seq], r.layer, item.kv_head, value, slot,
@@ -219,9 +230,18 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
           const Item& item = items[it];
           const float* qg =
               q.data() + (item.query * heads + std::size_t{item.kv_head} * group) * dim;
-          for_each_block(item, k.data(), v.data(), [&](PageId, std::uint64_t, std::uint32_t n) {
-            attend_block(qg, group, dim, k.data(), v.data(), n, partial[it], logits.data());
-          });
+          for_each_block(item, k.data(), v.data(), !values_in_place,
+                         [&](PageId p, std::uint64_t first, std::uint32_t n) {
+                           if (!values_in_place) {
+                             attend_block(qg, group, dim, k.data(), v.data(), Values::float32, n,
+                                          partial[it], logits.data());
+                             return;
+                           }
+                           const std::byte* tile = store->tile_of(p, r.layer, item.kv_head, true);
+                           attend_block(qg, group, dim, k.data(),
+                                        tile + (first % page) * vc.layout().slot_code_bytes,
+                                        Values::float16, n, partial[it], logits.data());
+                         });
         }
       });
 
@@ -257,7 +277,7 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
           const float* qg =
               q.data() + (item.query * heads + std::size_t{item.kv_head} * group) * dim;
           for_each_block(
-              item, k.data(), v.data(), [&](PageId p, std::uint64_t first, std::uint32_t n) {
+              item, k.data(), v.data(), false, [&](PageId p, std::uint64_t first, std::uint32_t n) {
                 block_logits(qg, group, dim, k.data(), n, logits.data());
                 float* scores = store->scores_of(p);
                 for (std::uint32_t j = 0; j < n; ++j) {

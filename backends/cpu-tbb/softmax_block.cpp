@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+
+#include "kvcache/status.hpp"
 
 namespace kvcache::cpu {
 namespace {
@@ -113,9 +116,10 @@ KVCACHE_AVX512 inline __attribute__((always_inline)) float exp2_scalar(float x) 
 
 // A block of up to 16 keys for G query heads of dimension D, everything in registers: logits by
 // 16 accumulators per head and one shuffle-reduction, a base-2 softmax update on one vector,
-// then values accumulated over halves of D so that all accumulators stay in registers.
-template <int G, int D>
-KVCACHE_AVX512 void attend16(const float* q, const float* k, const float* v, std::uint32_t n,
+// then values accumulated over parts of D so that all accumulators stay in registers. Values
+// are float32 rows, or (HalfValues) the stored fp16 rows read in place.
+template <int G, int D, bool HalfValues>
+KVCACHE_AVX512 void attend16(const float* q, const float* k, const void* v, std::uint32_t n,
                              float* m, float* l, float* acc) {
   static const SumOrder order;
   constexpr int C = D / 16;                   // vectors per row
@@ -135,25 +139,38 @@ KVCACHE_AVX512 void attend16(const float* q, const float* k, const float* v, std
     // Lane i is slot slot_of_lane[i]; lanes of missing slots get -inf.
     const __mmask16 present = _mm512_cmplt_epi32_mask(slot, _mm512_set1_epi32(static_cast<int>(n)));
     const __m512 logits = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), present, sum_lanes16(s));
-    const float top = std::max(m[g], _mm512_reduce_max_ps(logits));
-    const float correction = m[g] == -INFINITY ? 0.0f : exp2_scalar(m[g] - top);
+    const float block_top = _mm512_reduce_max_ps(logits);
+    // Only a new maximum rescales what was accumulated so far.
+    if (block_top > m[g]) {
+      if (m[g] != -INFINITY) {
+        const float correction = exp2_scalar(m[g] - block_top);
+        l[g] *= correction;
+        for (int c = 0; c < C; ++c)
+          _mm512_storeu_ps(acc + g * D + 16 * c, _mm512_mul_ps(_mm512_loadu_ps(acc + g * D + 16 * c),
+                                                               _mm512_set1_ps(correction)));
+      }
+      m[g] = block_top;
+    }
     const __m512 p =
-        _mm512_maskz_mov_ps(present, exp2_avx512(_mm512_sub_ps(logits, _mm512_set1_ps(top))));
-    l[g] = l[g] * correction + _mm512_reduce_add_ps(p);
-    m[g] = top;
+        _mm512_maskz_mov_ps(present, exp2_avx512(_mm512_sub_ps(logits, _mm512_set1_ps(m[g]))));
+    l[g] += _mm512_reduce_add_ps(p);
     _mm512_store_ps(weight[g], _mm512_permutexvar_ps(lane, p));  // back into slot order
-    if (correction != 1.0f)
-      for (int c = 0; c < C; ++c)
-        _mm512_storeu_ps(acc + g * D + 16 * c, _mm512_mul_ps(_mm512_loadu_ps(acc + g * D + 16 * c),
-                                                             _mm512_set1_ps(correction)));
   }
   for (int pass = 0; pass < C; pass += H) {
     __m512 a[G][H];
     for (int g = 0; g < G; ++g)
       for (int h = 0; h < H; ++h) a[g][h] = _mm512_loadu_ps(acc + g * D + 16 * (pass + h));
-    for (int j = 0; j < 16; ++j) {
+    // Stored rows past n may be padding: only the first n are read.
+    for (std::uint32_t j = 0; j < n; ++j) {
       __m512 vj[H];
-      for (int h = 0; h < H; ++h) vj[h] = _mm512_loadu_ps(v + j * D + 16 * (pass + h));
+      for (int h = 0; h < H; ++h) {
+        if constexpr (HalfValues) {
+          const auto* row = static_cast<const std::uint16_t*>(v) + j * D + 16 * (pass + h);
+          vj[h] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row)));
+        } else {
+          vj[h] = _mm512_loadu_ps(static_cast<const float*>(v) + j * D + 16 * (pass + h));
+        }
+      }
       for (int g = 0; g < G; ++g) {
         const __m512 w = _mm512_set1_ps(weight[g][j]);
         for (int h = 0; h < H; ++h) a[g][h] = _mm512_fmadd_ps(w, vj[h], a[g][h]);
@@ -164,17 +181,17 @@ KVCACHE_AVX512 void attend16(const float* q, const float* k, const float* v, std
   }
 }
 
-using Attend16 = void (*)(const float*, const float*, const float*, std::uint32_t, float*, float*,
+using Attend16 = void (*)(const float*, const float*, const void*, std::uint32_t, float*, float*,
                           float*);
 
-Attend16 specialized(std::uint32_t group, std::uint32_t dim) {
-#define KVCACHE_CASE(G, D) \
-  if (group == G && dim == D) return &attend16<G, D>;
-  KVCACHE_CASE(1, 64)
-  KVCACHE_CASE(2, 64) KVCACHE_CASE(4, 64) KVCACHE_CASE(8, 64) KVCACHE_CASE(1, 128)
-      KVCACHE_CASE(2, 128) KVCACHE_CASE(4, 128) KVCACHE_CASE(8, 128)
+Attend16 specialized(std::uint32_t group, std::uint32_t dim, Values values) {
+#define KVCACHE_CASE(G, D)                                                          \
+  if (group == G && dim == D)                                                       \
+    return values == Values::float16 ? &attend16<G, D, true> : &attend16<G, D, false>;
+  KVCACHE_CASE(1, 64) KVCACHE_CASE(2, 64) KVCACHE_CASE(4, 64) KVCACHE_CASE(8, 64)
+  KVCACHE_CASE(1, 128) KVCACHE_CASE(2, 128) KVCACHE_CASE(4, 128) KVCACHE_CASE(8, 128)
 #undef KVCACHE_CASE
-          return nullptr;
+  return nullptr;
 }
 
 #pragma GCC diagnostic pop
@@ -208,20 +225,25 @@ void block_logits(const float* q, std::uint32_t group, std::uint32_t dim, const 
     }
 }
 
-void attend_block(const float* q, std::uint32_t group, std::uint32_t dim, float* k, float* v,
-                  std::uint32_t n, SoftmaxState& state, float* logits) {
+bool takes_fp16_values(std::uint32_t group, std::uint32_t dim) {
+  return avx512() && specialized(group, dim, Values::float16) != nullptr;
+}
+
+void attend_block(const float* q, std::uint32_t group, std::uint32_t dim, float* k, const void* v,
+                  Values values, std::uint32_t n, SoftmaxState& state, float* logits) {
   if (avx512()) {
-    if (const Attend16 fast = specialized(group, dim)) {
-      // The kernel reads 16 rows; the rows past n must be finite (their weight is 0): zeros.
-      const std::uint32_t padded = (n + 15) / 16 * 16;
-      std::fill(k + std::size_t{n} * dim, k + std::size_t{padded} * dim, 0.0f);
-      std::fill(v + std::size_t{n} * dim, v + std::size_t{padded} * dim, 0.0f);
+    if (const Attend16 fast = specialized(group, dim, values)) {
+      // The kernel reads 16 key rows; those past n must be finite (their weight is 0): zeros.
+      std::fill(k + std::size_t{n} * dim, k + std::size_t{(n + 15) / 16 * 16} * dim, 0.0f);
+      const std::size_t value_bytes = values == Values::float16 ? 2 : 4;
       for (std::uint32_t j = 0; j < n; j += 16)
-        fast(q, k + std::size_t{j} * dim, v + std::size_t{j} * dim, std::min(16u, n - j),
-             state.m.data(), state.l.data(), state.acc.data());
+        fast(q, k + std::size_t{j} * dim, static_cast<const std::byte*>(v) + std::size_t{j} * dim * value_bytes,
+             std::min(16u, n - j), state.m.data(), state.l.data(), state.acc.data());
       return;
     }
   }
+  if (values != Values::float32) throw Error(Code::internal, "attend_block: float16 values need the AVX-512 kernel");
+  const auto* vf = static_cast<const float*>(v);
   block_logits(q, group, dim, k, n, logits);
   for (std::uint32_t g = 0; g < group; ++g) {
     float* lg = logits + std::size_t{g} * n;
@@ -238,14 +260,14 @@ void attend_block(const float* q, std::uint32_t group, std::uint32_t dim, float*
       for (std::uint32_t i = 0; i < dim; ++i) state.acc[std::size_t{g} * dim + i] *= correction;
   }
   if (avx512() && dim % 16 == 0) {
-    accumulate_avx512(logits, group, dim, v, n, state.acc.data());
+    accumulate_avx512(logits, group, dim, vf, n, state.acc.data());
     return;
   }
   for (std::uint32_t g = 0; g < group; ++g)
     for (std::uint32_t j = 0; j < n; ++j)
       for (std::uint32_t i = 0; i < dim; ++i)
         state.acc[std::size_t{g} * dim + i] +=
-            logits[std::size_t{g} * n + j] * v[std::size_t{j} * dim + i];
+            logits[std::size_t{g} * n + j] * vf[std::size_t{j} * dim + i];
 }
 
 void SoftmaxState::merge(const SoftmaxState& other, std::uint32_t dim) {

@@ -26,10 +26,16 @@ struct SoftmaxState {
 void block_logits(const float* q, std::uint32_t group, std::uint32_t dim, const float* k,
                   std::uint32_t n, float* logits);
 
-// Adds n keys and values ([n][dim] each) to the state. `logits` has room for group * n floats.
-// k and v must have room for n rounded up to 16 rows: the rows past n are overwritten.
-void attend_block(const float* q, std::uint32_t group, std::uint32_t dim, float* k, float* v,
-                  std::uint32_t n, SoftmaxState& state, float* logits);
+// How value rows reach attend_block: float32 rows, or the stored fp16 rows read in place.
+enum class Values { float32, float16 };
+// Whether attend_block can read fp16 values in place for this shape.
+bool takes_fp16_values(std::uint32_t group, std::uint32_t dim);
+
+// Adds n keys ([n][dim] float32) and values ([n][dim], as `values` says) to the state. `logits`
+// has room for group * n floats; k has room for n rounded up to 16 rows (rows past n are
+// overwritten).
+void attend_block(const float* q, std::uint32_t group, std::uint32_t dim, float* k, const void* v,
+                  Values values, std::uint32_t n, SoftmaxState& state, float* logits);
 
 // 2^x for n floats in place (vectorized where the CPU allows).
 void exp2_in_place(float* x, std::uint32_t n);
