@@ -37,9 +37,6 @@ inline EvictionPlan preempt_oldest(const CacheState& state, std::uint64_t pages_
   });
 }
 
-// Ranges covering the given ascending positions, adjacent ones merged.
-std::vector<PositionRange> ranges_of(const std::vector<Position>& positions);
-
 // The seed's policy: under pressure, preempt the oldest sequences first.
 class OldestFirst final : public EvictionPolicy {
  public:

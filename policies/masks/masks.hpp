@@ -67,6 +67,19 @@ class Chunked final : public AttentionMask {
   std::int64_t chunk_ = 0;
 };
 
+// An example of a mask known to kernels only through its ranges (MaskKind::custom), as a third
+// party's would be: a query sees its own block of `block` positions and the block before it.
+class BlockLocal final : public AttentionMask {
+ public:
+  explicit BlockLocal(const sdk::Options& options);
+  MaskDescription describe() const override;
+  void visible(std::span<const Position> queries, std::span<PositionRange> ranges,
+               std::span<std::uint32_t> counts) const override;
+
+ private:
+  std::int64_t block_ = 0;
+};
+
 // A required option that must be at least `minimum`.
 inline std::int64_t at_least(const sdk::Options& options, const char* key, std::int64_t minimum) {
   const auto value = options.require<std::int64_t>(key);

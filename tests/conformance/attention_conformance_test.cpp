@@ -199,6 +199,7 @@ class AttentionConformance : public ::testing::TestWithParam<AttentionCase> {
       {"causal", nlohmann::json::object()},
       {"sliding-window", {{"window", 13}}},
       {"sink-window", {{"sinks", 4}, {"window", 20}}},
+      {"block-local", {{"block", 8}}},  // known to kernels only through its ranges
   };
   std::unique_ptr<CacheStore> store_;
   std::unique_ptr<Attention> attention_;

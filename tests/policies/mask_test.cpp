@@ -80,6 +80,12 @@ TEST(Masks, Chunked) {
   expect_matches(*mask, [](Position q, Position k) { return k / 16 == q / 16; });
 }
 
+TEST(Masks, BlockLocalIsKnownOnlyThroughItsRanges) {
+  const auto mask = registry().create_mask("block-local", {{"block", 8}});
+  EXPECT_EQ(mask->describe().kind, MaskKind::custom);
+  expect_matches(*mask, [](Position q, Position k) { return k / 8 >= q / 8 - 1; });
+}
+
 TEST(Masks, BatchedQueriesUseTheirOwnSlots) {
   const auto mask = registry().create_mask("sink-window", {{"sinks", 2}, {"window", 3}});
   const std::vector<Position> queries{0, 10, 3};

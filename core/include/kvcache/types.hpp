@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "kvcache/export.hpp"
 
@@ -30,6 +31,20 @@ struct ModelShape {
   std::uint32_t head_dim = 0;
   friend bool operator==(const ModelShape&, const ModelShape&) = default;
 };
+
+// Ranges covering ascending positions, adjacent ones merged: {3, 4, 5, 9} -> [3, 6), [9, 10).
+template <class Positions>
+std::vector<PositionRange> ranges_of(const Positions& ascending) {
+  std::vector<PositionRange> ranges;
+  for (const Position p : ascending) {
+    if (!ranges.empty() && ranges.back().end == p) {
+      ++ranges.back().end;
+    } else {
+      ranges.push_back({p, p + 1});
+    }
+  }
+  return ranges;
+}
 
 enum class ComponentKind : std::uint32_t { backend = 1, quantizer = 2, mask = 3, eviction = 4 };
 

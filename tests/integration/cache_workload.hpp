@@ -1,0 +1,99 @@
+// A model-shaped workload driven through the Cache facade: prefill, then decode steps of
+// reserve -> append (every layer) -> attention (every layer) -> end_step, with every eviction
+// report collected and applied to a shadow of what each sequence should still hold.
+#pragma once
+
+#include <cmath>
+#include <map>
+#include <random>
+#include <set>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kvcache/cache.hpp"
+
+namespace kvcache::testing {
+
+class Workload {
+ public:
+  explicit Workload(Cache& cache, unsigned seed = 1) : cache_(cache), rng_(seed) {}
+
+  SeqId add(std::int32_t priority = 50) {
+    const SeqId id = cache_.add_sequence(priority);
+    shadow_[id];
+    return id;
+  }
+
+  // Reserves `count` tokens for each sequence, appends their K/V on every layer and runs
+  // attention over them (prefill when count > 1). Sequences preempted on the way are skipped.
+  void step(std::vector<SeqId> ids, std::uint32_t count) {
+    const std::vector<std::uint32_t> counts(ids.size(), count);
+    note(cache_.reserve(ids, counts));
+    std::erase_if(ids, [&](SeqId id) { return !shadow_.contains(id); });
+    if (ids.empty()) return;
+    const ModelShape& m = cache_.model();
+    const std::vector<std::uint32_t> live_counts(ids.size(), count);
+    for (SeqId id : ids)
+      for (std::uint32_t t = 0; t < count; ++t) shadow_[id].insert(next_[id]++);
+    const std::size_t rows = ids.size() * count;
+    std::vector<float> k(rows * m.kv_heads * m.head_dim), v(k.size());
+    std::vector<float> q(rows * m.q_heads * m.head_dim), out(q.size());
+    std::int64_t kv_shape[3] = {static_cast<std::int64_t>(rows), m.kv_heads, m.head_dim};
+    std::int64_t q_shape[3] = {static_cast<std::int64_t>(rows), m.q_heads, m.head_dim};
+    for (std::uint32_t layer = 0; layer < m.layers; ++layer) {
+      for (float& x : k) x = normal_(rng_);
+      for (float& x : v) x = normal_(rng_);
+      for (float& x : q) x = normal_(rng_);
+      cache_.append(layer, ids, live_counts, tensor(k.data(), kv_shape), tensor(v.data(), kv_shape));
+      DLTensor o = tensor(out.data(), q_shape);
+      if (count == 1) {
+        cache_.decode(layer, ids, tensor(q.data(), q_shape), o);
+      } else {
+        cache_.prefill(layer, ids, live_counts, tensor(q.data(), q_shape), o);
+      }
+      for (float x : out) ASSERT_TRUE(std::isfinite(x));
+    }
+    note(cache_.end_step());
+  }
+
+  // Every live sequence holds exactly what the shadow says: nothing left unreported.
+  void check_nothing_lost() const {
+    for (const auto& [id, positions] : shadow_) {
+      const std::vector<Position> held = cache_.store().positions(id);
+      ASSERT_EQ(std::vector<Position>(positions.begin(), positions.end()), held) << "sequence " << id;
+    }
+    EXPECT_EQ(cache_.sequences().size(), shadow_.size());
+  }
+
+  const EvictionReport& total() const { return total_; }
+  std::vector<SeqId> live() const {
+    std::vector<SeqId> ids;
+    for (const auto& [id, p] : shadow_) ids.push_back(id);
+    return ids;
+  }
+
+ private:
+  static DLTensor tensor(float* data, std::int64_t* shape) {
+    return DLTensor{data, {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, shape, nullptr, 0};
+  }
+  void note(const EvictionReport& r) {
+    for (SeqId id : r.preempted) {
+      ASSERT_TRUE(shadow_.contains(id)) << "preempted twice or unknown: " << id;
+      shadow_.erase(id);
+    }
+    for (const DroppedRange& d : r.dropped)
+      for (Position p = d.range.begin; p < d.range.end; ++p)
+        ASSERT_EQ(shadow_.at(d.sequence).erase(p), 1u) << "reported a position not held: " << p;
+    total_.merge(r);
+  }
+
+  Cache& cache_;
+  std::mt19937 rng_;
+  std::normal_distribution<float> normal_;
+  std::map<SeqId, std::set<Position>> shadow_;
+  std::map<SeqId, Position> next_;
+  EvictionReport total_;
+};
+
+}  // namespace kvcache::testing
