@@ -277,16 +277,15 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
           const float* qg =
               q.data() + (item.query * heads + std::size_t{item.kv_head} * group) * dim;
           for_each_block(
-              item, k.data(), v.data(), false, [&](PageId p, std::uint64_t first, std::uint32_t n) {
+              item, k.data(), v.data(), false, [&](PageId, std::uint64_t first, std::uint32_t n) {
                 block_logits(qg, group, dim, k.data(), n, logits.data());
-                float* scores = store->scores_of(p);
+                float* scores = views[query_sequence[item.query]].scores;
                 for (std::uint32_t j = 0; j < n; ++j) {
                   float weight = 0.0f;
                   for (std::uint32_t g = 0; g < group; ++g)
                     weight += std::exp2(logits[std::size_t{g} * n + j] - final_state.m[g]) /
                               final_state.l[g];
-                  std::atomic_ref<float>(scores[(first + j) % page])
-                      .fetch_add(weight, std::memory_order_relaxed);
+                  std::atomic_ref<float>(scores[first + j]).fetch_add(weight, std::memory_order_relaxed);
                 }
               });
         }

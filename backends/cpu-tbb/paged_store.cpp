@@ -79,7 +79,6 @@ PagedStore::PagedStore(const StoreSpec& spec)
                                     std::min(block, total - b * block));
                     });
   positions_ = std::make_unique<Position[]>(std::size_t{pages} * page_size_);
-  scores_ = std::make_unique<float[]>(std::size_t{pages} * page_size_);
   fill_.assign(pages, 0);
 }
 
@@ -111,7 +110,6 @@ PageId PagedStore::take_page() {
   if (pool_.free_count() == 0) prefix_.forget(pool_.evict_oldest_cached());
   const PageId page = pool_.allocate();
   fill_[page] = 0;
-  std::fill_n(scores_of(page), page_size_, 0.0f);
   if (spec_.poison_unused) poison_slots(page, 0);
   return page;
 }
@@ -148,7 +146,6 @@ void PagedStore::copy_page(PageId from, PageId to) {
     }
   }
   std::copy_n(slot_positions(from), page_size_, slot_positions(to));
-  std::copy_n(scores_of(from), page_size_, scores_of(to));
   fill_[to] = fill_[from];
 }
 
@@ -161,7 +158,6 @@ void PagedStore::copy_slot(PageId from, std::uint32_t from_slot, PageId to, std:
     }
   }
   slot_positions(to)[to_slot] = slot_positions(from)[from_slot];
-  scores_of(to)[to_slot] = scores_of(from)[from_slot];
 }
 
 void PagedStore::make_private(Sequence& s, std::size_t i) {
@@ -255,7 +251,9 @@ SeqId PagedStore::create_sequence() {
 void PagedStore::release(SeqId id) {
   std::unique_lock lock(mutex_);
   Sequence& s = find(id);
-  for (PageId p : s.pages) release_page(p);
+  // Last page first: it becomes the least recently cached, so a prefix chain is reclaimed from
+  // its leaf and its root stays matchable longest.
+  for (auto p = s.pages.rbegin(); p != s.pages.rend(); ++p) release_page(*p);
   sequences_.erase(id);
 }
 
@@ -308,6 +306,7 @@ void PagedStore::reserve(std::span<const SeqId> ids, std::span<const std::uint32
       fill_[page] = static_cast<std::uint32_t>(slot % page_size_ + 1);
     }
     s.length += n;
+    s.scores.resize(s.length, 0.0f);
   }
 }
 
@@ -325,6 +324,9 @@ void PagedStore::append(std::uint32_t layer, std::span<const SeqId> ids,
   std::vector<std::uint64_t> first_row;
   for (std::size_t i = 0; i < ids.size(); ++i) {
     Sequence& s = find(ids[i]);
+    if (std::find(seqs.begin(), seqs.end(), &s) != seqs.end())
+      throw Error(Code::invalid_argument, "append: sequence " + std::to_string(ids[i]) +
+                                              " appears twice in one batch");
     if (s.written[layer] + counts[i] > s.length)
       throw Error(Code::invalid_argument,
                   "append of " + std::to_string(counts[i]) + " tokens to sequence " +
@@ -470,6 +472,9 @@ std::uint64_t PagedStore::drop(SeqId id, std::span<const PositionRange> ranges) 
     fill_[last] = static_cast<std::uint32_t>(new_length - (new_pages - 1) * page_size_);
     if (spec_.poison_unused) poison_slots(last, fill_[last]);
   }
+  std::vector<float> scores(s.scores.begin(), s.scores.begin() + static_cast<std::ptrdiff_t>(first));
+  for (std::uint64_t from : kept) scores.push_back(s.scores[from]);
+  s.scores = std::move(scores);
   const std::uint64_t removed = s.length - new_length;
   s.length = new_length;
   std::fill(s.written.begin(), s.written.end(), new_length);
@@ -490,28 +495,24 @@ std::uint64_t PagedStore::written(SeqId id, std::uint32_t layer) const {
   return s.written[layer];
 }
 
-template <class T, class PerPage>
-std::vector<T> PagedStore::per_slot(SeqId id, PerPage&& of_page) const {
+std::vector<Position> PagedStore::positions(SeqId id) const {
   std::shared_lock lock(mutex_);
   const Sequence& s = find(id);
-  std::vector<T> out(s.length);
+  std::vector<Position> out(s.length);
   for (std::uint64_t slot = 0; slot < s.length; ++slot)
-    out[slot] = of_page(s.pages[slot / page_size_])[slot % page_size_];
+    out[slot] = slot_positions(s.pages[slot / page_size_])[slot % page_size_];
   return out;
 }
 
-std::vector<Position> PagedStore::positions(SeqId id) const {
-  return per_slot<Position>(id, [&](PageId p) { return slot_positions(p); });
-}
-
 std::vector<float> PagedStore::scores(SeqId id) const {
-  return per_slot<float>(id, [&](PageId p) { return scores_of(p); });
+  std::shared_lock lock(mutex_);
+  return find(id).scores;
 }
 
-PagedStore::LayerView PagedStore::view(SeqId id, std::uint32_t layer) const {
-  const Sequence& s = find(id);
+PagedStore::LayerView PagedStore::view(SeqId id, std::uint32_t layer) {
+  Sequence& s = find(id);
   if (layer >= spec_.model.layers) throw Error(Code::invalid_argument, "layer out of range");
-  return {s.pages.data(), s.written[layer]};
+  return {s.pages.data(), s.written[layer], s.scores.data()};
 }
 
 void PagedStore::publish_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
@@ -552,6 +553,7 @@ std::uint64_t PagedStore::match_prefix(SeqId id, std::span<const std::int32_t> t
     parent = hash;
   }
   s.length = s.pages.size() * page_size_;
+  s.scores.assign(s.length, 0.0f);
   s.next_position = static_cast<Position>(s.length);
   std::fill(s.written.begin(), s.written.end(), s.length);
   return s.length;

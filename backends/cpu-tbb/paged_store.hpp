@@ -51,9 +51,10 @@ class PagedStore final : public CacheStore {
   struct LayerView {
     const PageId* pages = nullptr;
     std::uint64_t written = 0;  // slots of the layer that hold K and V
+    float* scores = nullptr;    // the sequence's per-slot scores (add with atomic_ref)
   };
   std::shared_lock<std::shared_mutex> lock_shared() const { return std::shared_lock(mutex_); }
-  LayerView view(SeqId sequence, std::uint32_t layer) const;
+  LayerView view(SeqId sequence, std::uint32_t layer);
   const StoreSpec& spec() const { return spec_; }
   std::uint32_t page_size() const { return page_size_; }
   const SlotCodec& codec(bool value) const { return value ? v_codec_ : k_codec_; }
@@ -61,7 +62,6 @@ class PagedStore final : public CacheStore {
     return tile(page, layer, head, value);
   }
   const Position* positions_of(PageId page) const { return slot_positions(page); }
-  float* scores_of(PageId page) const { return scores_.get() + std::size_t{page} * page_size_; }
   // One K or V row of a written slot as float32 (from the residual group where it waits).
   void decode_row(SeqId sequence, std::uint32_t layer, std::uint32_t head, bool value,
                   std::uint64_t slot, float* row) const {
@@ -76,6 +76,9 @@ class PagedStore final : public CacheStore {
     Position next_position = 0;
     bool contiguous = true;            // positions are 0..length-1 (no compaction yet)
     std::vector<std::uint64_t> chain;  // prefix hash of each published leading page
+    // Accumulated attention weight per slot. Kept per sequence, not per page: sequences that
+    // share pages (fork, prefix) must not add to each other's scores.
+    std::vector<float> scores;
     // For a format that groups tokens (kivi-k): the group being filled, in fp16, until it is
     // complete and encoded: [layer][kv_head][group][head_dim]. Empty otherwise.
     std::vector<std::uint16_t> residual_k;
@@ -95,9 +98,6 @@ class PagedStore final : public CacheStore {
   void poison_slots(PageId page, std::uint32_t from_slot);
   void copy_page(PageId from, PageId to);
   void copy_slot(PageId from, std::uint32_t from_slot, PageId to, std::uint32_t to_slot);
-  // One value per held slot, read from per-page arrays (positions, scores).
-  template <class T, class PerPage>
-  std::vector<T> per_slot(SeqId sequence, PerPage&& of_page) const;
   // Replaces a shared page of `s` at index i by a private copy.
   void make_private(Sequence& s, std::size_t i);
   // Encodes the complete token groups that overlap slots [begin, end) of an append covering
@@ -121,7 +121,6 @@ class PagedStore final : public CacheStore {
   std::size_t k_pool_bytes_ = 0;
   std::unique_ptr<std::byte, void (*)(void*)> memory_;
   std::unique_ptr<Position[]> positions_;
-  std::unique_ptr<float[]> scores_;  // accumulated attention weight per slot
   std::vector<std::uint32_t> fill_;  // occupied slots per page
   PagePool pool_;
   PrefixIndex prefix_;

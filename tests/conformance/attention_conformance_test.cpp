@@ -232,6 +232,16 @@ TEST_P(AttentionConformance, AccumulatedScoresEqualTheReferenceWeights) {
   check("causal", nlohmann::json::object(), 1, {a, b}, {}, true);  // adds up
 }
 
+TEST_P(AttentionConformance, ScoresStayWithTheirSequenceAcrossSharedPages) {
+  const SeqId a = store_->create_sequence();
+  append({a}, 43);  // kivi-k (groups of 8): the fork also copies the half-filled group
+  const SeqId b = store_->fork(a);  // shares every page with a
+  original_k_.clear();
+  original_v_.clear();
+  check("causal", nlohmann::json::object(), 0, {b}, {}, true);
+  for (float score : store_->scores(a)) EXPECT_EQ(score, 0.0f) << "b's attention landed on a";
+}
+
 TEST_P(AttentionConformance, LongSequenceSplitAcrossThreads) {
   const SeqId a = store_->create_sequence();
   append({a}, 1800);

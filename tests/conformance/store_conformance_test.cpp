@@ -298,6 +298,15 @@ TEST_P(StoreConformance, BadInputsAreRejectedWithoutChange) {
   EXPECT_THROW(store->append(5, std::vector<SeqId>{a}, std::vector<std::uint32_t>{0}, t, t), Error);
   EXPECT_THROW(store->reserve(std::vector<SeqId>{999}, std::vector<std::uint32_t>{1}), Error);
   EXPECT_THROW(store->fork(a), Error);  // slots reserved but unwritten
+  std::int64_t two[3] = {2, kHeads, kDim};
+  const DLTensor t2 = tensor(data.data(), two);
+  try {  // the same sequence twice in one append would write the same slots twice
+    store->append(0, std::vector<SeqId>{a, a}, std::vector<std::uint32_t>{1, 1}, t2, t2);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("appears twice in one batch"));
+  }
+  EXPECT_EQ(store->written(a, 0), 0u);
 }
 
 TEST_P(StoreConformance, ReserveIsAllOrNothing) {
@@ -407,6 +416,24 @@ TEST_P(StoreConformance, PrefixPagesAreSharedCachedAndReclaimed) {
   store->release(b);
   shadows.clear();
   EXPECT_EQ(store->stats().cached_pages, 2u);  // released but kept for reuse
+  {  // reclaiming one cached page takes the leaf of the chain: the root still matches
+    std::vector<std::int32_t> longer(ids);
+    const SeqId probe = store->create_sequence();
+    store->evict_cached(1);
+    EXPECT_EQ(store->match_prefix(probe, longer), p);
+    store->release(probe);
+    const SeqId again = store->create_sequence();
+    EXPECT_EQ(store->match_prefix(again, longer), p);
+    store->release(again);
+    // Put the evicted leaf back so the rest of this test sees two cached pages.
+    const SeqId refill = store->create_sequence();
+    shadows[refill];
+    step(*store, shadows, {refill}, {2 * p});
+    store->publish_prefix(refill, std::vector<std::int32_t>(ids.begin(), ids.begin() + 2 * p));
+    store->release(refill);
+    shadows.clear();
+    ASSERT_EQ(store->stats().cached_pages, 2u);
+  }
   const SeqId c = store->create_sequence();
   shadows[c];
   EXPECT_EQ(store->match_prefix(c, std::vector<std::int32_t>(ids.begin(), ids.begin() + p + 1)), p);
