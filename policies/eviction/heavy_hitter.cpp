@@ -10,13 +10,18 @@ HeavyHitter::HeavyHitter(const sdk::Options& options) {
   budget_ = options.get<std::int64_t>("budget", 1024);
   sinks_ = options.get<std::int64_t>("sinks", 4);
   recent_ = options.get<std::int64_t>("recent", 256);
-  if (sinks_ < 0 || recent_ < 0 || budget_ < sinks_ + recent_ + 1)
+  constexpr std::int64_t kMost = std::int64_t{1} << 40;  // keeps budget arithmetic exact
+  if (sinks_ < 0 || recent_ < 0 || sinks_ > kMost || recent_ > kMost || budget_ > kMost ||
+      budget_ < sinks_ + recent_ + 1)
     throw Error(Code::invalid_argument,
-                "heavy-hitter: budget must exceed sinks + recent (got budget " + std::to_string(budget_) +
-                    ", sinks " + std::to_string(sinks_) + ", recent " + std::to_string(recent_) + ")");
+                "heavy-hitter: budget must exceed sinks + recent, all below 2^40 (got budget " +
+                    std::to_string(budget_) + ", sinks " + std::to_string(sinks_) + ", recent " +
+                    std::to_string(recent_) + ")");
 }
 
 EvictionPlan HeavyHitter::after_step(const CacheState& state) {
+  if (state.tokens == nullptr)
+    throw Error(Code::invalid_argument, "heavy-hitter needs per-token detail");
   EvictionPlan plan;
   for (const SequenceState& s : state.sequences) {
     // Act with a page's worth of slack, so compaction runs once per page of growth.
@@ -40,7 +45,8 @@ EvictionPlan HeavyHitter::after_step(const CacheState& state) {
       return t.scores[a] > t.scores[b] || (t.scores[a] == t.scores[b] && a > b);
     });
     std::vector<Position> dropped;
-    for (std::size_t i = keep_heavy; i < candidates.size(); ++i) dropped.push_back(t.positions[candidates[i]]);
+    for (std::size_t i = keep_heavy; i < candidates.size(); ++i)
+      dropped.push_back(t.positions[candidates[i]]);
     std::sort(dropped.begin(), dropped.end());
     for (const PositionRange& r : ranges_of(dropped)) plan.drop.push_back({s.id, r});
   }

@@ -8,11 +8,15 @@ Streaming::Streaming(const sdk::Options& options) {
   options.only({"sinks", "window"});
   sinks_ = options.get<std::int64_t>("sinks", 4);
   window_ = options.get<std::int64_t>("window", 1024);
-  if (sinks_ < 0 || window_ < 1)
-    throw Error(Code::invalid_argument, "streaming: sinks must be >= 0 and window >= 1");
+  if (sinks_ < 0 || window_ < 1 || sinks_ > (std::int64_t{1} << 40) ||
+      window_ > (std::int64_t{1} << 40))
+    throw Error(Code::invalid_argument,
+                "streaming: sinks must be in [0, 2^40] and window in [1, 2^40]");
 }
 
 EvictionPlan Streaming::after_step(const CacheState& state) {
+  if (state.tokens == nullptr)
+    throw Error(Code::invalid_argument, "streaming needs per-token detail");
   EvictionPlan plan;
   for (const SequenceState& s : state.sequences) {
     // The next query, at next_position, sees [0, sinks) and [next_position - window + 1, ...).

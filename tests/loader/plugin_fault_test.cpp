@@ -95,6 +95,22 @@ TEST(PluginFaults, RequiredPluginThatLoadsIsFine) {
   EXPECT_NO_THROW(Registry::load(settings));
 }
 
+TEST(PluginFaults, RequiredFolderNeedsOneWorkingPlugin) {
+  PluginSettings settings;
+  settings.paths.push_back({KVCACHE_TEST_PLUGIN_DIR, true, {}});
+  EXPECT_NO_THROW(Registry::load(settings));  // the round-trip plugin loads from it
+  const auto empty = std::filesystem::temp_directory_path() / "kvcache-empty-plugin-folder";
+  std::filesystem::create_directories(empty);
+  settings.paths = {{empty.string(), true, {"f.yaml", 2, 3}}};
+  try {
+    Registry::load(settings);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("required plugin folder"));
+    EXPECT_THAT(e.what(), HasSubstr("gave no plugin"));
+  }
+}
+
 TEST(PluginFaults, RequiredPluginNowhereToBeFound) {
   PluginSettings settings;
   settings.required.push_back({"kvcache-cuda", {"c.yaml", 2, 1}});

@@ -168,6 +168,13 @@ void Overlay::model_key(YamlReader& reader, const std::string& key, const Field&
     (key == "q_heads" ? q_heads_where_ : kv_heads_where_) = value.where;
   }
   if (!count) return;
+  // Bounds far above any published model, so that sizes derived from them cannot overflow.
+  const std::uint32_t limit = key == "layers" ? 4096 : key == "head_dim" ? 4096 : 65536;
+  if (*count > limit) {
+    reader.error(value,
+                 "at most " + std::to_string(limit) + " expected, got " + std::to_string(*count));
+    return;
+  }
   ModelShape& model = config_.model;
   if (key == "layers") model.layers = *count;
   if (key == "q_heads") model.q_heads = *count;

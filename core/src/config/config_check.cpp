@@ -38,9 +38,16 @@ std::vector<Diagnostic> check_components(const Config& config, const Registry& r
     out.push_back({Diagnostic::Severity::warning, config.backends_where, "backend",
                    "no backend of the preference list is available on this host, so a cache "
                    "cannot be opened here"});
-  const auto quantizer = [&](const auto&... a) { registry.create_quantizer(a...); };
+  // A quantizer must also fit this model's head_dim and page size (e.g. a kivi-k group must
+  // divide the page): its plugin says so when asked for the tile layout.
+  const auto quantizer = [&](const std::string& name, const nlohmann::json& options) {
+    registry.create_quantizer(name, options)
+        ->describe(config.model.head_dim, config.cache.page_size);
+  };
   check_choice(config.k_quantizer, "quantizer.k", quantizer, out);
-  check_choice(config.v_quantizer, "quantizer.v", quantizer, out);
+  const bool same_choice = config.v_quantizer.name == config.k_quantizer.name &&
+                           config.v_quantizer.options == config.k_quantizer.options;
+  if (!same_choice) check_choice(config.v_quantizer, "quantizer.v", quantizer, out);
   check_choice(
       config.mask, "mask", [&](const auto&... a) { registry.create_mask(a...); }, out);
   if (config.eviction.name == "none") {
@@ -49,7 +56,16 @@ std::vector<Diagnostic> check_components(const Config& config, const Registry& r
                      "eviction 'none' takes no options"});
   } else {
     check_choice(
-        config.eviction, "eviction", [&](const auto&... a) { registry.create_eviction(a...); },
+        config.eviction, "eviction",
+        [&](const std::string& name, const nlohmann::json& options) {
+          if (registry.find(ComponentKind::eviction, name) == nullptr) {
+            std::vector<std::string> known = registry.names(ComponentKind::eviction);
+            known.push_back("none");  // built in: no eviction
+            throw Error(Code::not_found,
+                        "unknown eviction '" + name + "'" + did_you_mean(name, known));
+          }
+          registry.create_eviction(name, options);
+        },
         out);
   }
   return out;

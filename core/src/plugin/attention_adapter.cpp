@@ -22,6 +22,10 @@ class HostAttention final : public Attention {
   void run(Fn kvc_attention_table::*fn, CacheStore& store, const AttentionRequest& r) {
     if (r.q == nullptr || r.out == nullptr)
       throw Error(Code::invalid_argument, a_->who() + ": q and out are required");
+    if (r.visible.max_ranges == 0 ||
+        r.visible.ranges.size() < r.visible.counts.size() * r.visible.max_ranges)
+      throw Error(Code::invalid_argument, a_->who() + ": visible ranges hold fewer than " +
+                                              std::to_string(r.visible.max_ranges) + " per query");
     const bool prefill = !r.query_counts.empty();
     if (prefill && r.query_counts.size() != r.sequences.size())
       throw Error(Code::invalid_argument, a_->who() + ": one query count per sequence");

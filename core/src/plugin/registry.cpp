@@ -142,7 +142,24 @@ struct Registry::Impl {
       problems.push_back({Diagnostic::Severity::error, where, "plugins", message});
     };
     for (const PluginPath& p : settings.paths) {
-      if (p.required) require(plugin::resolve_plugin_path(p).string(), p.where);
+      if (!p.required) continue;
+      const fs::path path = plugin::resolve_plugin_path(p);
+      std::error_code ec;
+      if (!fs::is_directory(path, ec)) {
+        require(path.string(), p.where);
+        continue;
+      }
+      // A required folder: at least one plugin from it must load.
+      const auto in_folder = [&](const fs::path& file) {
+        return fs::equivalent(file.parent_path(), path, ec);
+      };
+      if (std::any_of(libraries.begin(), libraries.end(),
+                      [&](const auto& l) { return in_folder(l->file()); }))
+        continue;
+      std::string message = "required plugin folder '" + path.string() + "' gave no plugin";
+      for (const RejectedPlugin& r : rejected)
+        if (in_folder(r.file)) message += "; " + r.file.filename().string() + ": " + r.reason;
+      problems.push_back({Diagnostic::Severity::error, p.where, "plugins", message});
     }
     for (const RequiredPlugin& r : settings.required) require(r.name, r.where);
     if (!problems.empty()) throw ConfigError(std::move(problems));

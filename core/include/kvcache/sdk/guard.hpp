@@ -40,13 +40,14 @@ int32_t guard(kvc_error* err, F&& body) noexcept {
   }
 }
 
-// Copies a filled struct into a host struct that may be older (smaller): only the prefix the
-// host knows is written, and its struct_size stays the host's.
+// Copies a filled struct into a host struct of another version: only the common prefix is
+// written, and struct_size says how much of it this plugin filled (a newer host then knows
+// which of its fields were left unset).
 template <class S>
 void copy_out(const S& filled, S* out) {
-  const std::uint32_t host_size = out->struct_size;
-  std::memcpy(out, &filled, std::min<std::size_t>(host_size, sizeof(S)));
-  out->struct_size = host_size;
+  const std::size_t common = std::min<std::size_t>(out->struct_size, sizeof(S));
+  std::memcpy(out, &filled, common);
+  out->struct_size = static_cast<std::uint32_t>(common);
 }
 
 }  // namespace kvcache::sdk::detail
