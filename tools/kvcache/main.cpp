@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   tool::add_plugins_command(app, globals);
   tool::add_config_command(app, globals);
   tool::add_bench_command(app, globals);
+  tool::add_plan_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
