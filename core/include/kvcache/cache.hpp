@@ -59,6 +59,12 @@ class KVCACHE_API Cache {
   void release(SeqId sequence);
   SeqId fork(SeqId parent);
 
+  // Prefix cache: attach to an empty sequence the longest cached run of full pages for
+  // token_ids (returns the tokens reused, already written for every layer); offer a sequence's
+  // full pages for reuse once written.
+  std::uint64_t match_prefix(SeqId sequence, std::span<const std::int32_t> token_ids);
+  void publish_prefix(SeqId sequence, std::span<const std::int32_t> token_ids);
+
   // Room for tokens[i] more tokens in sequences[i]. When memory is short the eviction policy
   // chooses what goes, which may include sequences of this batch (then reported and skipped).
   // Throws CacheFull when it still does not fit.

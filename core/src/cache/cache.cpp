@@ -217,6 +217,19 @@ SeqId Cache::fork(SeqId parent) {
   return id;
 }
 
+std::uint64_t Cache::match_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
+  SequenceInfo& s = impl_->info(id);
+  const std::uint64_t matched = impl_->store->match_prefix(id, token_ids);
+  s.next_position = static_cast<Position>(matched);
+  s.last_used_step = impl_->step;
+  return matched;
+}
+
+void Cache::publish_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
+  impl_->info(id);
+  impl_->store->publish_prefix(id, token_ids);
+}
+
 EvictionReport Cache::reserve(std::span<const SeqId> ids, std::span<const std::uint32_t> tokens) {
   if (ids.size() != tokens.size()) throw Error(Code::invalid_argument, "reserve: sequences and token counts differ");
   for (SeqId id : ids) impl_->info(id);

@@ -1,0 +1,421 @@
+#include "serving_simulation.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <deque>
+#include <fstream>
+#include <iostream>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "kvcache/cache.hpp"
+#include "kvcache/formats.hpp"
+
+namespace kvcache::tool {
+namespace {
+
+constexpr std::uint32_t kSharedPrefix = 64;  // tokens of a prefix_id's shared prompt
+
+using Clock = std::chrono::steady_clock;
+
+std::int32_t token_id(std::int64_t stream, std::uint32_t i) {
+  return static_cast<std::int32_t>((stream * 1000003 + i * 7919) % 32000);
+}
+
+struct Running {
+  Request request;
+  std::size_t index = 0;  // in the request list
+  SeqId sequence = 0;
+  std::uint32_t pending = 0;  // prompt tokens reserved but not yet computed
+  std::uint32_t generated = 0;
+  std::vector<std::int32_t> prompt_ids;
+};
+
+std::vector<std::int32_t> prompt_ids(const Request& r, std::size_t index) {
+  std::vector<std::int32_t> ids;
+  for (std::uint32_t i = 0; i < r.prompt_tokens; ++i)
+    ids.push_back(r.prefix_id && i < kSharedPrefix ? token_id(-1 - *r.prefix_id, i)
+                                                   : token_id(static_cast<std::int64_t>(index), i));
+  return ids;
+}
+
+// The simulation's mutable state and its metrics.
+class Simulation {
+ public:
+  Simulation(Cache& cache, const SimulationOptions& o, std::vector<Request> requests, double layer_scale)
+      : cache_(cache), o_(o), requests_(std::move(requests)), layer_scale_(layer_scale), rng_(o.seed) {
+    for (std::size_t i = 0; i < requests_.size(); ++i) queue_.push_back(i);
+    const StoreInfo info = cache.store().info();
+    bytes_per_token_ = static_cast<double>(info.k_format.tile_bytes + info.v_format.tile_bytes) * cache.model().kv_heads /
+                       info.page_size;  // per layer
+    page_bytes_ = info.page_bytes;
+  }
+
+  nlohmann::json run() {
+    const auto start = Clock::now();
+    while (finished_ + rejected_ < requests_.size()) {
+      if (running_.empty() && !queue_.empty()) now_ = std::max(now_, requests_[queue_.front()].arrival);
+      const auto step_start = Clock::now();
+      admit();
+      compute();
+      note(cache_.end_step());
+      retire();
+      const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
+      now_ += seconds;
+      sample(seconds);
+      if (o_.progress) progress();
+    }
+    total_seconds_ = std::chrono::duration<double>(Clock::now() - start).count();
+    if (o_.progress) std::cerr << '\n';
+    if (!o_.chart.empty()) write_chart();
+    return report();
+  }
+
+ private:
+  void admit() {
+    while (!queue_.empty() && running_.size() < o_.max_batch && requests_[queue_.front()].arrival <= now_) {
+      const std::size_t index = queue_.front();
+      Running r{requests_[index], index, cache_.add_sequence(), 0, 0, prompt_ids(requests_[index], index)};
+      // Reuse cached prefix pages; the last prompt token is always computed.
+      const std::uint64_t matched =
+          r.request.prefix_id
+              ? cache_.match_prefix(r.sequence, std::span<const std::int32_t>(r.prompt_ids).first(r.prompt_ids.size() - 1))
+              : 0;
+      prefix_hits_ += matched;
+      prompt_tokens_ += r.prompt_ids.size();
+      r.pending = static_cast<std::uint32_t>(r.prompt_ids.size() - matched);
+      try {
+        note(cache_.reserve(std::vector<SeqId>{r.sequence}, std::vector<std::uint32_t>{r.pending}));
+      } catch (const CacheFull& full) {
+        note(full.report());
+        cache_.release(r.sequence);
+        if (running_.empty()) {  // it cannot fit even alone: rejected, never retried
+          queue_.pop_front();
+          ++rejected_;
+          rejections_.push_back({{"request", index}, {"reason", full.what()}});
+          continue;
+        }
+        return;  // wait for memory
+      }
+      queue_.pop_front();
+      running_.push_back(std::move(r));
+    }
+  }
+
+  void compute() {
+    std::vector<Running*> prefill, decode;
+    for (Running& r : running_) (r.pending > 0 ? prefill : decode).push_back(&r);
+    // Decode steps need one more slot each.
+    std::vector<SeqId> ids;
+    for (Running* r : decode) ids.push_back(r->sequence);
+    while (!ids.empty()) {
+      try {
+        note(cache_.reserve(ids, std::vector<std::uint32_t>(ids.size(), 1)));
+        break;
+      } catch (const CacheFull& full) {
+        note(full.report());
+        // No policy made room: preempt the newest sequence (recompute later), as vLLM does.
+        if (running_.size() <= 1) {
+          reject_running(running_.back(), full.what());
+        } else {
+          preempt(running_.back().sequence);
+        }
+        decode.clear();
+        ids.clear();
+        for (Running& r : running_)
+          if (r.pending == 0) decode.push_back(&r), ids.push_back(r.sequence);
+        std::erase_if(prefill, [&](Running* p) { return !alive(p); });
+      }
+    }
+    std::erase_if(decode, [&](Running* p) { return !alive(p); });
+    ids.clear();
+    for (Running* r : decode) ids.push_back(r->sequence);
+    run_layers(prefill, true);
+    run_layers(decode, false);
+    for (Running* r : prefill) {
+      r->pending = 0;
+      cache_.publish_prefix(r->sequence, r->prompt_ids);
+    }
+    for (Running* r : decode) ++r->generated, ++generated_;
+  }
+
+  bool alive(const Running* p) const {
+    return std::any_of(running_.begin(), running_.end(), [&](const Running& r) { return &r == p; });
+  }
+
+  void run_layers(const std::vector<Running*>& batch, bool prefill) {
+    if (batch.empty()) return;
+    const ModelShape& m = cache_.model();
+    std::vector<SeqId> ids;
+    std::vector<std::uint32_t> counts;
+    std::uint64_t rows = 0, visible = 0;
+    for (const Running* r : batch) {
+      ids.push_back(r->sequence);
+      counts.push_back(prefill ? r->pending : 1);
+      rows += counts.back();
+      visible += cache_.store().length(r->sequence) * counts.back();
+    }
+    std::vector<float> k(rows * m.kv_heads * m.head_dim), q(rows * m.q_heads * m.head_dim), out(q.size());
+    for (float& x : k) x = normal_(rng_);
+    for (float& x : q) x = normal_(rng_);
+    std::int64_t kv_shape[3] = {static_cast<std::int64_t>(rows), m.kv_heads, m.head_dim};
+    std::int64_t q_shape[3] = {static_cast<std::int64_t>(rows), m.q_heads, m.head_dim};
+    const DLTensor kt{k.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, kv_shape, nullptr, 0};
+    const DLTensor qt{q.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, q_shape, nullptr, 0};
+    DLTensor ot{out.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, q_shape, nullptr, 0};
+    for (std::uint32_t layer = 0; layer < m.layers; ++layer) {
+      cache_.append(layer, ids, counts, kt, kt);
+      const auto start = Clock::now();
+      prefill ? cache_.prefill(layer, ids, counts, qt, ot) : cache_.decode(layer, ids, qt, ot);
+      attention_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+      attention_bytes_ += static_cast<double>(visible) * bytes_per_token_;
+    }
+  }
+
+  void note(const EvictionReport& report) {
+    for (SeqId id : report.preempted) {
+      const auto it = std::find_if(running_.begin(), running_.end(), [&](const Running& r) { return r.sequence == id; });
+      if (it == running_.end()) continue;
+      ++preemptions_;
+      requeue(it);
+    }
+    for (const DroppedRange& d : report.dropped) evicted_tokens_ += static_cast<std::uint64_t>(d.range.size());
+    evictions_ += report.dropped.size();
+  }
+
+  void requeue(std::deque<Running>::iterator it) {
+    queue_.push_front(it->index);  // recomputed from scratch when memory allows
+    running_.erase(it);
+  }
+
+  void preempt(SeqId id) {
+    const auto it = std::find_if(running_.begin(), running_.end(), [&](const Running& r) { return r.sequence == id; });
+    cache_.release(id);
+    ++preemptions_;
+    requeue(it);
+  }
+
+  void reject_running(Running& r, const std::string& why) {
+    cache_.release(r.sequence);
+    rejections_.push_back({{"request", r.index}, {"reason", why}});
+    ++rejected_;
+    running_.erase(std::find_if(running_.begin(), running_.end(), [&](const Running& x) { return &x == &r; }));
+  }
+
+  void retire() {
+    for (auto it = running_.begin(); it != running_.end();) {
+      if (it->pending == 0 && it->generated >= it->request.output_tokens) {
+        cache_.release(it->sequence);
+        ++finished_;
+        it = running_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void sample(double seconds) {
+    const StoreStats st = cache_.stats();
+    const std::uint64_t slots = st.used_pages * cache_.store().info().page_size;
+    std::uint64_t held = 0, baseline = 0;
+    for (const Running& r : running_) {
+      held += cache_.store().length(r.sequence);
+      baseline += std::max<std::uint64_t>(o_.baseline_max_len, r.request.prompt_tokens + r.request.output_tokens);
+    }
+    if (slots > 0) {
+      utilization_sum_ += static_cast<double>(st.occupied_slots) / static_cast<double>(slots);
+      fragmentation_sum_ += static_cast<double>(st.unused_slots) / static_cast<double>(slots);
+      baseline_sum_ += baseline > 0 ? static_cast<double>(held) / static_cast<double>(baseline) : 0.0;
+      ++samples_;
+    }
+    peak_pages_ = std::max(peak_pages_, st.used_pages);
+    timeline_.push_back({now_, static_cast<double>(st.used_pages) / static_cast<double>(st.total_pages),
+                         seconds > 0 ? static_cast<double>(running_.size()) / seconds : 0.0});
+  }
+
+  void progress() const {
+    if (!isatty(2)) return;
+    const std::size_t done = finished_ + rejected_, width = 30;
+    const std::size_t filled = requests_.empty() ? width : done * width / requests_.size();
+    std::cerr << fmt::format("\r[{}{}] {}/{} requests, {} running, {} tokens generated", std::string(filled, '#'),
+                             std::string(width - filled, '.'), done, requests_.size(), running_.size(), generated_)
+              << std::flush;
+  }
+
+  void write_chart() const {
+    std::ofstream svg(o_.chart);
+    if (!svg) throw Error(Code::invalid_argument, "cannot write chart '" + o_.chart + "'");
+    const double w = 760, h = 300, x0 = 60, y0 = 20;
+    const double t_end = timeline_.empty() ? 1.0 : std::max(timeline_.back()[0], 1e-9);
+    double top = 1.0;
+    for (const auto& p : timeline_) top = std::max(top, p[2]);
+    std::string memory, throughput;
+    for (const auto& p : timeline_) {
+      const double x = x0 + p[0] / t_end * w;
+      memory += fmt::format("{:.1f},{:.1f} ", x, y0 + h - p[1] * h);
+      throughput += fmt::format("{:.1f},{:.1f} ", x, y0 + h - p[2] / top * h);
+    }
+    svg << fmt::format(
+        "<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-family='sans-serif' font-size='12'>\n"
+        "<rect width='100%' height='100%' fill='white'/>\n"
+        "<text x='{}' y='14'>kvcache bench: KV memory in use (blue, share of pages) and decode tokens/s (orange, peak {:.0f})</text>\n"
+        "<line x1='{}' y1='{}' x2='{}' y2='{}' stroke='black'/><line x1='{}' y1='{}' x2='{}' y2='{}' stroke='black'/>\n"
+        "<text x='{}' y='{}'>0</text><text x='{}' y='{}'>{:.2f} s</text><text x='5' y='{}'>100%</text>\n"
+        "<polyline fill='none' stroke='#1f77b4' stroke-width='1.5' points='{}'/>\n"
+        "<polyline fill='none' stroke='#ff7f0e' stroke-width='1' points='{}'/>\n</svg>\n",
+        x0 + w + 20, y0 + h + 40, x0, top, x0, y0 + h, x0 + w, y0 + h, x0, y0, x0, y0 + h, x0, y0 + h + 16,
+        x0 + w - 30, y0 + h + 16, t_end, y0 + 10, memory, throughput);
+  }
+
+  nlohmann::json report() const {
+    const double n = samples_ > 0 ? static_cast<double>(samples_) : 1.0;
+    return {{"requests", requests_.size()},
+            {"finished", finished_},
+            {"rejected", rejected_},
+            {"rejections", rejections_},
+            {"generated_tokens", generated_},
+            {"seconds", total_seconds_},
+            {"tokens_per_second", static_cast<double>(generated_) / total_seconds_},
+            {"attention_gbps", attention_seconds_ > 0 ? attention_bytes_ / attention_seconds_ / 1e9 : 0.0},
+            {"kv_utilization", utilization_sum_ / n},
+            {"fragmentation", fragmentation_sum_ / n},
+            {"baseline_utilization", baseline_sum_ / n},
+            {"prefix_hit_rate", prompt_tokens_ > 0 ? static_cast<double>(prefix_hits_) / static_cast<double>(prompt_tokens_) : 0.0},
+            {"evictions", evictions_},
+            {"evicted_tokens", evicted_tokens_},
+            {"preemptions", preemptions_},
+            {"peak_kv_bytes", static_cast<std::uint64_t>(static_cast<double>(peak_pages_ * page_bytes_) * layer_scale_)}};
+  }
+
+  Cache& cache_;
+  const SimulationOptions& o_;
+  std::vector<Request> requests_;
+  double layer_scale_;
+  std::mt19937_64 rng_;
+  std::normal_distribution<float> normal_;
+  std::deque<std::size_t> queue_;
+  std::deque<Running> running_;
+  double now_ = 0.0, total_seconds_ = 0.0, attention_seconds_ = 0.0, attention_bytes_ = 0.0;
+  double bytes_per_token_ = 0.0;
+  std::uint64_t page_bytes_ = 0;
+  std::size_t finished_ = 0, rejected_ = 0;
+  std::uint64_t generated_ = 0, prompt_tokens_ = 0, prefix_hits_ = 0, preemptions_ = 0, evictions_ = 0, evicted_tokens_ = 0;
+  std::uint64_t peak_pages_ = 0, samples_ = 0;
+  double utilization_sum_ = 0.0, fragmentation_sum_ = 0.0, baseline_sum_ = 0.0;
+  nlohmann::json rejections_ = nlohmann::json::array();
+  std::vector<std::array<double, 3>> timeline_;  // time, memory share, running / step seconds
+};
+
+// Quantization error of the configured K format against float32, measured through the backend.
+double quantization_error(const Config& config, std::shared_ptr<const Registry> registry) {
+  Config small = config;
+  small.model.layers = 1;
+  small.cache.capacity_bytes = 64ull << 20;
+  small.eviction = {"none", nlohmann::json::object(), {}};
+  const auto cache = Cache::open(small, registry);
+  const ModelShape& m = small.model;
+  const std::uint32_t tokens = 256;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  std::vector<float> k(std::size_t{tokens} * m.kv_heads * m.head_dim), back(k.size());
+  for (float& x : k) x = normal(rng);
+  const SeqId id = cache->add_sequence();
+  const std::vector<SeqId> ids{id};
+  cache->reserve(ids, std::vector<std::uint32_t>{tokens});
+  std::int64_t shape[3] = {tokens, m.kv_heads, m.head_dim};
+  DLTensor t{k.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, shape, nullptr, 0};
+  cache->append(0, ids, std::vector<std::uint32_t>{tokens}, t, t);
+  DLTensor b = t;
+  b.data = back.data();
+  std::vector<float> v_back(back.size());
+  DLTensor vb = t;
+  vb.data = v_back.data();
+  cache->store().gather(0, id, b, vb);
+  double err = 0, mag = 0;
+  for (std::size_t i = 0; i < k.size(); ++i) err += std::fabs(back[i] - k[i]), mag += std::fabs(k[i]);
+  return err / mag;
+}
+
+}  // namespace
+
+std::vector<Request> synthetic_requests(const SimulationOptions& o) {
+  // ShareGPT-like: log-normal prompt and output lengths, Poisson arrivals, a third of the
+  // requests sharing one of four system prompts.
+  std::mt19937_64 rng(o.seed);
+  std::lognormal_distribution<double> prompt(std::log(180.0), 0.8), output(std::log(120.0), 0.7);
+  std::exponential_distribution<double> gap(o.arrival_rate);
+  std::uniform_int_distribution<int> share(0, 11);
+  std::vector<Request> requests;
+  double t = 0.0;
+  for (std::uint32_t i = 0; i < o.requests; ++i) {
+    Request r;
+    r.arrival = t;
+    t += gap(rng);
+    r.prompt_tokens = static_cast<std::uint32_t>(std::clamp(prompt(rng), 8.0, 2048.0));
+    r.output_tokens = static_cast<std::uint32_t>(std::clamp(output(rng), 4.0, 1024.0));
+    const int s = share(rng);
+    if (s < 4) {
+      r.prefix_id = s;
+      r.prompt_tokens = std::max(r.prompt_tokens, kSharedPrefix + 8);
+    }
+    requests.push_back(r);
+  }
+  return requests;
+}
+
+std::vector<Request> read_trace(const std::string& file) {
+  std::ifstream in(file);
+  if (!in) throw Error(Code::not_found, "cannot read trace '" + file + "'");
+  std::vector<Request> requests;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = file + ":" + std::to_string(number) + ": ";
+    try {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      for (const char* key : {"arrival", "prompt_tokens", "output_tokens"})
+        if (!j.contains(key)) throw Error(Code::invalid_argument, where + "missing key '" + key + "'");
+      Request r;
+      r.arrival = j.at("arrival").get<double>();
+      r.prompt_tokens = j.at("prompt_tokens").get<std::uint32_t>();
+      r.output_tokens = j.at("output_tokens").get<std::uint32_t>();
+      if (j.contains("prefix_id")) r.prefix_id = j.at("prefix_id").get<std::int64_t>();
+      if (r.prompt_tokens == 0 || r.output_tokens == 0 || r.arrival < 0)
+        throw Error(Code::invalid_argument, where + "prompt_tokens and output_tokens must be positive, arrival >= 0");
+      if (r.prefix_id && r.prompt_tokens <= kSharedPrefix) r.prefix_id.reset();
+      requests.push_back(r);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(Code::invalid_argument, where + "expected a JSON object with arrival, prompt_tokens, output_tokens: " + e.what());
+    }
+  }
+  std::stable_sort(requests.begin(), requests.end(), [](const Request& a, const Request& b) { return a.arrival < b.arrival; });
+  return requests;
+}
+
+nlohmann::json run_serving_simulation(const Config& config, std::shared_ptr<const Registry> registry,
+                                      const SimulationOptions& o) {
+  // Compute runs on the simulated layers; memory is sized as for the whole model, so the number
+  // of tokens that fit is the real one.
+  Config simulated = config;
+  const std::uint32_t layers = std::clamp(o.simulated_layers, 1u, config.model.layers);
+  simulated.model.layers = layers;
+  simulated.cache.capacity_bytes = config.cache.capacity_bytes * layers / config.model.layers;
+  const auto cache = Cache::open(simulated, registry);
+  std::vector<Request> requests = o.trace.empty() ? synthetic_requests(o) : read_trace(o.trace);
+  Simulation simulation(*cache, o, std::move(requests), static_cast<double>(config.model.layers) / layers);
+  nlohmann::json report = simulation.run();
+  report["quant_error"] = quantization_error(config, registry);
+  report["backend"] = cache->backend();
+  report["k_format"] = config.k_quantizer.name;
+  report["v_format"] = config.v_quantizer.name;
+  report["eviction"] = config.eviction.name;
+  report["simulated_layers"] = layers;
+  report["model_layers"] = config.model.layers;
+  return report;
+}
+
+}  // namespace kvcache::tool

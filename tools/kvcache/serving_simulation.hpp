@@ -1,0 +1,48 @@
+// `kvcache bench`: a serving simulation through the Cache facade on a real backend. Requests
+// arrive (a seeded ShareGPT-like synthetic mix, or a JSONL trace), are batched continuously,
+// and each step appends K/V and runs attention for the simulated layers; eviction and
+// preemption follow the config. Reports throughput, attention GB/s, KV utilization against a
+// contiguous max-length reservation (as in the vLLM paper), prefix hits and evictions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kvcache/config.hpp"
+#include "kvcache/registry.hpp"
+
+namespace kvcache::tool {
+
+struct Request {
+  double arrival = 0.0;  // seconds
+  std::uint32_t prompt_tokens = 0;
+  std::uint32_t output_tokens = 0;
+  std::optional<std::int64_t> prefix_id;  // requests with one id share a 64-token prompt prefix
+};
+
+struct SimulationOptions {
+  std::uint32_t requests = 48;
+  std::uint64_t seed = 1;
+  double arrival_rate = 50.0;           // requests per simulated second
+  std::uint32_t simulated_layers = 2;   // layers that get K/V and attention each step
+  std::uint32_t max_batch = 32;         // running sequences at most
+  std::uint32_t baseline_max_len = 2048;  // what a contiguous allocator reserves per request
+  std::string trace;                    // JSONL file; empty: synthetic
+  std::string chart;                    // SVG file to write; empty: none
+  bool progress = false;
+};
+
+// Reads a JSONL trace: one object per line with arrival, prompt_tokens, output_tokens and an
+// optional prefix_id. Errors name the file and line.
+std::vector<Request> read_trace(const std::string& file);
+std::vector<Request> synthetic_requests(const SimulationOptions& options);
+
+// Runs the simulation; returns the report (keys listed in the README).
+nlohmann::json run_serving_simulation(const Config& config, std::shared_ptr<const Registry> registry,
+                                      const SimulationOptions& options);
+
+}  // namespace kvcache::tool
