@@ -9,6 +9,8 @@
 #include <random>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -141,6 +143,38 @@ TEST(TensorCommands, AttentionMatchesTheReferenceWithGqaAndAMask) {
           ASSERT_NEAR(got[(h * q_len + j) * d + i], want[h * d + i], format == "fp32" ? 1e-4 : 3e-2) << format;
     }
   }
+}
+
+TEST(TensorCommands, EvaluateRanksFormatsOnDumpedKv) {
+  // Two layers of K/V with an outlier channel in the keys, as real models have.
+  std::map<std::string, Tensor> dump;
+  for (int layer = 0; layer < 2; ++layer) {
+    std::vector<float> k = random_values(48 * 2 * 64, 10 + layer), v = random_values(48 * 2 * 64, 20 + layer);
+    for (std::size_t i = 0; i < k.size(); i += 64) k[i + 7] *= 30.0f;
+    dump["layers." + std::to_string(layer) + ".k"] = Tensor::of_floats({48, 2, 64}, k);
+    dump["layers." + std::to_string(layer) + ".v"] = Tensor::of_floats({48, 2, 64}, v);
+  }
+  const fs::path file = scratch() / "dump.safetensors";
+  write_safetensors(file, dump);
+  const auto [code, text] = kvcache("evaluate --kv " + file.string() + " --formats fp16,int8-per-token,int4-group --json");
+  ASSERT_EQ(code, 0) << text;
+  const auto j = nlohmann::json::parse(text.substr(text.find('{')));
+  EXPECT_EQ(j["pairs"], 2);
+  const auto& ranking = j["ranking"];
+  ASSERT_EQ(ranking.size(), 3u);
+  EXPECT_EQ(ranking[0]["format"], "fp16");  // best first
+  EXPECT_EQ(ranking[2]["format"], "int4-group");
+  EXPECT_LT(ranking[0]["attention_mean_error"].get<double>(), 1e-3);
+  EXPECT_GT(ranking[2]["k_mean_error"].get<double>(), ranking[1]["k_mean_error"].get<double>());
+
+  write_npy(scratch() / "kv.npy", {2, 16, 1, 32}, random_values(2 * 16 * 32, 30));
+  auto [npy_code, npy_text] = kvcache("evaluate --kv " + (scratch() / "kv.npy").string() + " --formats bf16");
+  EXPECT_EQ(npy_code, 0) << npy_text;
+  EXPECT_THAT(npy_text, ::testing::HasSubstr("bf16"));
+  write_safetensors(scratch() / "nopair.safetensors", {{"keys_only", Tensor::of_floats({4, 1, 8}, random_values(32, 1))}});
+  std::tie(npy_code, npy_text) = kvcache("evaluate --kv " + (scratch() / "nopair.safetensors").string());
+  EXPECT_NE(npy_code, 0);
+  EXPECT_THAT(npy_text, ::testing::HasSubstr("no K/V pair found among [keys_only]"));
 }
 
 TEST(TensorCommands, BadInputsNameWhatWasExpected) {
