@@ -285,7 +285,8 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
                   for (std::uint32_t g = 0; g < group; ++g)
                     weight += std::exp2(logits[std::size_t{g} * n + j] - final_state.m[g]) /
                               final_state.l[g];
-                  std::atomic_ref<float>(scores[first + j]).fetch_add(weight, std::memory_order_relaxed);
+                  std::atomic_ref<float>(scores[first + j])
+                      .fetch_add(weight, std::memory_order_relaxed);
                 }
               });
         }

@@ -325,8 +325,8 @@ void PagedStore::append(std::uint32_t layer, std::span<const SeqId> ids,
   for (std::size_t i = 0; i < ids.size(); ++i) {
     Sequence& s = find(ids[i]);
     if (std::find(seqs.begin(), seqs.end(), &s) != seqs.end())
-      throw Error(Code::invalid_argument, "append: sequence " + std::to_string(ids[i]) +
-                                              " appears twice in one batch");
+      throw Error(Code::invalid_argument,
+                  "append: sequence " + std::to_string(ids[i]) + " appears twice in one batch");
     if (s.written[layer] + counts[i] > s.length)
       throw Error(Code::invalid_argument,
                   "append of " + std::to_string(counts[i]) + " tokens to sequence " +
@@ -472,7 +472,8 @@ std::uint64_t PagedStore::drop(SeqId id, std::span<const PositionRange> ranges) 
     fill_[last] = static_cast<std::uint32_t>(new_length - (new_pages - 1) * page_size_);
     if (spec_.poison_unused) poison_slots(last, fill_[last]);
   }
-  std::vector<float> scores(s.scores.begin(), s.scores.begin() + static_cast<std::ptrdiff_t>(first));
+  std::vector<float> scores(s.scores.begin(),
+                            s.scores.begin() + static_cast<std::ptrdiff_t>(first));
   for (std::uint64_t from : kept) scores.push_back(s.scores[from]);
   s.scores = std::move(scores);
   const std::uint64_t removed = s.length - new_length;

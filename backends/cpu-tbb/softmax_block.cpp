@@ -146,8 +146,9 @@ KVCACHE_AVX512 void attend16(const float* q, const float* k, const void* v, std:
         const float correction = exp2_scalar(m[g] - block_top);
         l[g] *= correction;
         for (int c = 0; c < C; ++c)
-          _mm512_storeu_ps(acc + g * D + 16 * c, _mm512_mul_ps(_mm512_loadu_ps(acc + g * D + 16 * c),
-                                                               _mm512_set1_ps(correction)));
+          _mm512_storeu_ps(
+              acc + g * D + 16 * c,
+              _mm512_mul_ps(_mm512_loadu_ps(acc + g * D + 16 * c), _mm512_set1_ps(correction)));
       }
       m[g] = block_top;
     }
@@ -185,13 +186,14 @@ using Attend16 = void (*)(const float*, const float*, const void*, std::uint32_t
                           float*);
 
 Attend16 specialized(std::uint32_t group, std::uint32_t dim, Values values) {
-#define KVCACHE_CASE(G, D)                                                          \
-  if (group == G && dim == D)                                                       \
+#define KVCACHE_CASE(G, D)    \
+  if (group == G && dim == D) \
     return values == Values::float16 ? &attend16<G, D, true> : &attend16<G, D, false>;
-  KVCACHE_CASE(1, 64) KVCACHE_CASE(2, 64) KVCACHE_CASE(4, 64) KVCACHE_CASE(8, 64)
-  KVCACHE_CASE(1, 128) KVCACHE_CASE(2, 128) KVCACHE_CASE(4, 128) KVCACHE_CASE(8, 128)
+  KVCACHE_CASE(1, 64)
+  KVCACHE_CASE(2, 64) KVCACHE_CASE(4, 64) KVCACHE_CASE(8, 64) KVCACHE_CASE(1, 128)
+      KVCACHE_CASE(2, 128) KVCACHE_CASE(4, 128) KVCACHE_CASE(8, 128)
 #undef KVCACHE_CASE
-  return nullptr;
+          return nullptr;
 }
 
 #pragma GCC diagnostic pop
@@ -237,12 +239,14 @@ void attend_block(const float* q, std::uint32_t group, std::uint32_t dim, float*
       std::fill(k + std::size_t{n} * dim, k + std::size_t{(n + 15) / 16 * 16} * dim, 0.0f);
       const std::size_t value_bytes = values == Values::float16 ? 2 : 4;
       for (std::uint32_t j = 0; j < n; j += 16)
-        fast(q, k + std::size_t{j} * dim, static_cast<const std::byte*>(v) + std::size_t{j} * dim * value_bytes,
+        fast(q, k + std::size_t{j} * dim,
+             static_cast<const std::byte*>(v) + std::size_t{j} * dim * value_bytes,
              std::min(16u, n - j), state.m.data(), state.l.data(), state.acc.data());
       return;
     }
   }
-  if (values != Values::float32) throw Error(Code::internal, "attend_block: float16 values need the AVX-512 kernel");
+  if (values != Values::float32)
+    throw Error(Code::internal, "attend_block: float16 values need the AVX-512 kernel");
   const auto* vf = static_cast<const float*>(v);
   block_logits(q, group, dim, k, n, logits);
   for (std::uint32_t g = 0; g < group; ++g) {

@@ -2,7 +2,9 @@
 
 namespace kvcache::eviction {
 
-LeastRecentlyUsed::LeastRecentlyUsed(const sdk::Options& options) { options.only({}); }
+LeastRecentlyUsed::LeastRecentlyUsed(const sdk::Options& options) {
+  options.only({});
+}
 
 EvictionPlan LeastRecentlyUsed::on_pressure(const CacheState& state, std::uint64_t pages_needed) {
   return preempt_by(state, pages_needed, [](const SequenceState& a, const SequenceState& b) {

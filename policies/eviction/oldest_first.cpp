@@ -2,6 +2,8 @@
 
 namespace kvcache::eviction {
 
-OldestFirst::OldestFirst(const sdk::Options& options) { options.only({}); }
+OldestFirst::OldestFirst(const sdk::Options& options) {
+  options.only({});
+}
 
 }  // namespace kvcache::eviction

@@ -4,7 +4,9 @@
 
 namespace kvcache::eviction {
 
-Priority::Priority(const sdk::Options& options) { options.only({}); }
+Priority::Priority(const sdk::Options& options) {
+  options.only({});
+}
 
 EvictionPlan Priority::on_pressure(const CacheState& state, std::uint64_t pages_needed) {
   return preempt_by(state, pages_needed, [](const SequenceState& a, const SequenceState& b) {

@@ -9,7 +9,9 @@ BlockLocal::BlockLocal(const sdk::Options& options) {
   block_ = at_least(options, "block", 1);
 }
 
-MaskDescription BlockLocal::describe() const { return {MaskKind::custom, 1, 0, 0, 0}; }
+MaskDescription BlockLocal::describe() const {
+  return {MaskKind::custom, 1, 0, 0, 0};
+}
 
 void BlockLocal::visible(std::span<const Position> queries, std::span<PositionRange> ranges,
                          std::span<std::uint32_t> counts) const {

@@ -30,11 +30,12 @@ fs::path scratch() {
 }
 
 // A float32 .npy (version 1.0, C order), written the way NumPy does.
-void write_npy(const fs::path& file, const std::vector<std::int64_t>& shape, const std::vector<float>& values,
-               const std::string& descr = "<f4") {
+void write_npy(const fs::path& file, const std::vector<std::int64_t>& shape,
+               const std::vector<float>& values, const std::string& descr = "<f4") {
   std::string dims;
   for (std::int64_t d : shape) dims += std::to_string(d) + ",";
-  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + dims + "), }";
+  std::string header =
+      "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + dims + "), }";
   header.append(64 - (10 + header.size() + 1) % 64, ' ');
   header += '\n';
   std::ofstream out(file, std::ios::binary);
@@ -42,7 +43,8 @@ void write_npy(const fs::path& file, const std::vector<std::int64_t>& shape, con
   const std::uint16_t length = static_cast<std::uint16_t>(header.size());
   out.write(reinterpret_cast<const char*>(&length), 2);
   out.write(header.data(), static_cast<std::streamsize>(header.size()));
-  out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * 4));
+  out.write(reinterpret_cast<const char*>(values.data()),
+            static_cast<std::streamsize>(values.size() * 4));
 }
 
 std::vector<float> random_values(std::size_t n, unsigned seed) {
@@ -56,7 +58,8 @@ std::vector<float> random_values(std::size_t n, unsigned seed) {
 // Runs the tool; returns its exit code and what it printed.
 std::pair<int, std::string> kvcache(const std::string& args) {
   const fs::path log = scratch() / "log.txt";
-  const std::string command = std::string(KVCACHE_TOOL) + " " + args + " > " + log.string() + " 2>&1";
+  const std::string command =
+      std::string(KVCACHE_TOOL) + " " + args + " > " + log.string() + " 2>&1";
   const int status = std::system(command.c_str());
   std::ifstream in(log);
   return {WEXITSTATUS(status), std::string(std::istreambuf_iterator<char>(in), {})};
@@ -66,7 +69,8 @@ TEST(TensorCommands, QuantizeInt8GivesTheSeedsCodesAndScales) {
   const fs::path in = scratch() / "x.npy", out = scratch() / "x_int8.safetensors";
   const std::vector<float> x = random_values(2 * 3 * 64, 1);
   write_npy(in, {2, 3, 64}, x);
-  const auto [code, text] = kvcache("quantize --scheme int8-per-token --in " + in.string() + " --out " + out.string());
+  const auto [code, text] =
+      kvcache("quantize --scheme int8-per-token --in " + in.string() + " --out " + out.string());
   ASSERT_EQ(code, 0) << text;
   const auto t = read_tensors(out);
   ASSERT_EQ(t.at("codes").dtype, "I8");
@@ -90,32 +94,38 @@ TEST(TensorCommands, QuantizeInt8GivesTheSeedsCodesAndScales) {
 TEST(TensorCommands, QuantizeInt4WritesZerosAndKiviWantsWholeGroups) {
   const fs::path in = scratch() / "y.npy", out = scratch() / "y_int4.safetensors";
   write_npy(in, {5, 64}, random_values(5 * 64, 2));
-  auto [code, text] = kvcache("quantize --scheme int4-group --group 32 --in " + in.string() + " --out " + out.string());
+  auto [code, text] = kvcache("quantize --scheme int4-group --group 32 --in " + in.string() +
+                              " --out " + out.string());
   ASSERT_EQ(code, 0) << text;
   const auto t = read_tensors(out);
   EXPECT_EQ(t.at("codes").shape, (std::vector<std::int64_t>{5, 32}));
   EXPECT_EQ(t.at("scales").shape, (std::vector<std::int64_t>{5, 2}));
   EXPECT_EQ(t.at("zeros").dtype, "F16");
-  std::tie(code, text) = kvcache("quantize --scheme kivi-k --group 4 --in " + in.string() + " --out " + out.string());
+  std::tie(code, text) =
+      kvcache("quantize --scheme kivi-k --group 4 --in " + in.string() + " --out " + out.string());
   EXPECT_NE(code, 0);
   EXPECT_THAT(text, ::testing::HasSubstr("whole groups of 4 rows"));
-  std::tie(code, text) = kvcache("quantize --scheme int8-per-tokn --in " + in.string() + " --out " + out.string());
+  std::tie(code, text) =
+      kvcache("quantize --scheme int8-per-tokn --in " + in.string() + " --out " + out.string());
   EXPECT_NE(code, 0);
   EXPECT_THAT(text, ::testing::HasSubstr("did you mean 'int8-per-token'"));
 }
 
 TEST(TensorCommands, AttentionMatchesTheReferenceWithGqaAndAMask) {
   const std::int64_t qh = 8, kvh = 2, d = 32, q_len = 5, kv_len = 40;
-  const std::vector<float> q = random_values(qh * q_len * d, 3), k = random_values(kvh * kv_len * d, 4),
+  const std::vector<float> q = random_values(qh * q_len * d, 3),
+                           k = random_values(kvh * kv_len * d, 4),
                            v = random_values(kvh * kv_len * d, 5);
   write_npy(scratch() / "q.npy", {qh, q_len, d}, q);
   write_npy(scratch() / "k.npy", {kvh, kv_len, d}, k);
   write_npy(scratch() / "v.npy", {kvh, kv_len, d}, v);
   for (const std::string format : {"fp32", "int8-per-token"}) {
     const fs::path out = scratch() / ("out_" + format + ".safetensors");
-    const auto [code, text] = kvcache("attention --q " + (scratch() / "q.npy").string() + " --k " + (scratch() / "k.npy").string() +
-                                      " --v " + (scratch() / "v.npy").string() + " --mask sink-window:2:8 --k-format " + format +
-                                      " --v-format " + format + " --out " + out.string());
+    const auto [code, text] =
+        kvcache("attention --q " + (scratch() / "q.npy").string() + " --k " +
+                (scratch() / "k.npy").string() + " --v " + (scratch() / "v.npy").string() +
+                " --mask sink-window:2:8 --k-format " + format + " --v-format " + format +
+                " --out " + out.string());
     ASSERT_EQ(code, 0) << text;
     const auto t = read_tensors(out);
     ASSERT_EQ(t.at("out").shape, (std::vector<std::int64_t>{qh, q_len, d}));
@@ -136,11 +146,14 @@ TEST(TensorCommands, AttentionMatchesTheReferenceWithGqaAndAMask) {
       for (std::int64_t h = 0; h < qh; ++h)
         for (std::int64_t i = 0; i < d; ++i) qrow[h * d + i] = q[(h * q_len + j) * d + i];
       const std::vector<PositionRange> visible{{0, 2}, {pos - 7, pos + 1}};
-      reference::attention({static_cast<std::uint32_t>(qh), static_cast<std::uint32_t>(kvh), static_cast<std::uint32_t>(d)},
-                           qrow, keys, values, positions, visible, 1.0f / std::sqrt(float(d)), want);
+      reference::attention({static_cast<std::uint32_t>(qh), static_cast<std::uint32_t>(kvh),
+                            static_cast<std::uint32_t>(d)},
+                           qrow, keys, values, positions, visible, 1.0f / std::sqrt(float(d)),
+                           want);
       for (std::int64_t h = 0; h < qh; ++h)
         for (std::int64_t i = 0; i < d; ++i)
-          ASSERT_NEAR(got[(h * q_len + j) * d + i], want[h * d + i], format == "fp32" ? 1e-4 : 3e-2) << format;
+          ASSERT_NEAR(got[(h * q_len + j) * d + i], want[h * d + i], format == "fp32" ? 1e-4 : 3e-2)
+              << format;
     }
   }
 }
@@ -149,14 +162,16 @@ TEST(TensorCommands, EvaluateRanksFormatsOnDumpedKv) {
   // Two layers of K/V with an outlier channel in the keys, as real models have.
   std::map<std::string, Tensor> dump;
   for (int layer = 0; layer < 2; ++layer) {
-    std::vector<float> k = random_values(48 * 2 * 64, 10 + layer), v = random_values(48 * 2 * 64, 20 + layer);
+    std::vector<float> k = random_values(48 * 2 * 64, 10 + layer),
+                       v = random_values(48 * 2 * 64, 20 + layer);
     for (std::size_t i = 0; i < k.size(); i += 64) k[i + 7] *= 30.0f;
     dump["layers." + std::to_string(layer) + ".k"] = Tensor::of_floats({48, 2, 64}, k);
     dump["layers." + std::to_string(layer) + ".v"] = Tensor::of_floats({48, 2, 64}, v);
   }
   const fs::path file = scratch() / "dump.safetensors";
   write_safetensors(file, dump);
-  const auto [code, text] = kvcache("evaluate --kv " + file.string() + " --formats fp16,int8-per-token,int4-group --json");
+  const auto [code, text] = kvcache("evaluate --kv " + file.string() +
+                                    " --formats fp16,int8-per-token,int4-group --json");
   ASSERT_EQ(code, 0) << text;
   const auto j = nlohmann::json::parse(text.substr(text.find('{')));
   EXPECT_EQ(j["pairs"], 2);
@@ -168,11 +183,14 @@ TEST(TensorCommands, EvaluateRanksFormatsOnDumpedKv) {
   EXPECT_GT(ranking[2]["k_mean_error"].get<double>(), ranking[1]["k_mean_error"].get<double>());
 
   write_npy(scratch() / "kv.npy", {2, 16, 1, 32}, random_values(2 * 16 * 32, 30));
-  auto [npy_code, npy_text] = kvcache("evaluate --kv " + (scratch() / "kv.npy").string() + " --formats bf16");
+  auto [npy_code, npy_text] =
+      kvcache("evaluate --kv " + (scratch() / "kv.npy").string() + " --formats bf16");
   EXPECT_EQ(npy_code, 0) << npy_text;
   EXPECT_THAT(npy_text, ::testing::HasSubstr("bf16"));
-  write_safetensors(scratch() / "nopair.safetensors", {{"keys_only", Tensor::of_floats({4, 1, 8}, random_values(32, 1))}});
-  std::tie(npy_code, npy_text) = kvcache("evaluate --kv " + (scratch() / "nopair.safetensors").string());
+  write_safetensors(scratch() / "nopair.safetensors",
+                    {{"keys_only", Tensor::of_floats({4, 1, 8}, random_values(32, 1))}});
+  std::tie(npy_code, npy_text) =
+      kvcache("evaluate --kv " + (scratch() / "nopair.safetensors").string());
   EXPECT_NE(npy_code, 0);
   EXPECT_THAT(npy_text, ::testing::HasSubstr("no K/V pair found among [keys_only]"));
 }
@@ -180,14 +198,17 @@ TEST(TensorCommands, EvaluateRanksFormatsOnDumpedKv) {
 TEST(TensorCommands, BadInputsNameWhatWasExpected) {
   write_npy(scratch() / "f64.npy", {2, 4}, std::vector<float>(16, 1.0f), "<f8");
   write_npy(scratch() / "flat.npy", {8}, std::vector<float>(8, 1.0f));
-  auto [code, text] = kvcache("quantize --scheme fp16 --in " + (scratch() / "missing.npy").string() + " --out /tmp/x.safetensors");
+  auto [code, text] = kvcache("quantize --scheme fp16 --in " +
+                              (scratch() / "missing.npy").string() + " --out /tmp/x.safetensors");
   EXPECT_NE(code, 0);
   EXPECT_THAT(text, ::testing::HasSubstr("missing.npy"));
-  std::tie(code, text) = kvcache("quantize --scheme fp16 --in " + (scratch() / "f64.npy").string() + " --out /tmp/x.safetensors");
+  std::tie(code, text) = kvcache("quantize --scheme fp16 --in " + (scratch() / "f64.npy").string() +
+                                 " --out /tmp/x.safetensors");
   EXPECT_NE(code, 0);
   EXPECT_THAT(text, ::testing::HasSubstr("dtype '<f8' is not supported"));
-  std::tie(code, text) = kvcache("attention --q " + (scratch() / "flat.npy").string() + " --k " + (scratch() / "flat.npy").string() +
-                                 " --v " + (scratch() / "flat.npy").string() + " --out /tmp/x.safetensors");
+  std::tie(code, text) = kvcache("attention --q " + (scratch() / "flat.npy").string() + " --k " +
+                                 (scratch() / "flat.npy").string() + " --v " +
+                                 (scratch() / "flat.npy").string() + " --out /tmp/x.safetensors");
   EXPECT_NE(code, 0);
   EXPECT_THAT(text, ::testing::HasSubstr("expected Q [q_heads, q_len, head_dim]"));
 }

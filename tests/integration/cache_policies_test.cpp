@@ -25,7 +25,9 @@ std::shared_ptr<const Registry> registry() {
 }
 
 std::unique_ptr<Cache> open(const std::string& file, const Environment& env = {}) {
-  return Cache::open(load_config(std::string(KVCACHE_TEST_SOURCE_DIR) + "/integration/configs/" + file, env), registry());
+  return Cache::open(
+      load_config(std::string(KVCACHE_TEST_SOURCE_DIR) + "/integration/configs/" + file, env),
+      registry());
 }
 
 // Four sequences: a 32-token prompt each, then 568 decode steps; 1 MiB holds about 2000 tokens.
@@ -59,7 +61,8 @@ TEST(CachePolicies, SameWorkloadThreeConfigsThreeReports) {
   EXPECT_TRUE(c.preempted.empty());
   ASSERT_FALSE(c.dropped.empty());
   // Unlike a window, H2O keeps heavy tokens in the middle: its drops are scattered.
-  EXPECT_TRUE(std::any_of(c.dropped.begin(), c.dropped.end(), [](const DroppedRange& d) { return d.range.begin > 4; }));
+  EXPECT_TRUE(std::any_of(c.dropped.begin(), c.dropped.end(),
+                          [](const DroppedRange& d) { return d.range.begin > 4; }));
   for (SeqId id : heavy->sequences()) EXPECT_LE(heavy->store().length(id), 96u + 16u);
 }
 
@@ -140,10 +143,14 @@ TEST(CachePolicies, StreamingKeepsMemoryConstantAndAttentionExact) {
 }
 
 TEST(CachePolicies, RandomPressureLosesNothingUnreported) {
-  for (const std::string policy : {"oldest-first", "lru", "priority", "streaming", "heavy-hitter"}) {
+  for (const std::string policy :
+       {"oldest-first", "lru", "priority", "streaming", "heavy-hitter"}) {
     Environment env{{"KVCACHE_EVICTION", policy}};
-    const auto cache = open(policy == "streaming" ? "streaming.yaml" : policy == "heavy-hitter" ? "heavy_hitter.yaml" : "oldest_first.yaml",
-                            policy == "streaming" || policy == "heavy-hitter" ? Environment{} : env);
+    const auto cache =
+        open(policy == "streaming"      ? "streaming.yaml"
+             : policy == "heavy-hitter" ? "heavy_hitter.yaml"
+                                        : "oldest_first.yaml",
+             policy == "streaming" || policy == "heavy-hitter" ? Environment{} : env);
     Workload w(*cache, 99);
     std::mt19937 rng(7);
     for (int op = 0; op < 300; ++op) {

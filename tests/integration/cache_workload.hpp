@@ -45,7 +45,8 @@ class Workload {
       for (float& x : k) x = normal_(rng_);
       for (float& x : v) x = normal_(rng_);
       for (float& x : q) x = normal_(rng_);
-      cache_.append(layer, ids, live_counts, tensor(k.data(), kv_shape), tensor(v.data(), kv_shape));
+      cache_.append(layer, ids, live_counts, tensor(k.data(), kv_shape),
+                    tensor(v.data(), kv_shape));
       DLTensor o = tensor(out.data(), q_shape);
       if (count == 1) {
         cache_.decode(layer, ids, tensor(q.data(), q_shape), o);
@@ -61,7 +62,8 @@ class Workload {
   void check_nothing_lost() const {
     for (const auto& [id, positions] : shadow_) {
       const std::vector<Position> held = cache_.store().positions(id);
-      ASSERT_EQ(std::vector<Position>(positions.begin(), positions.end()), held) << "sequence " << id;
+      ASSERT_EQ(std::vector<Position>(positions.begin(), positions.end()), held)
+          << "sequence " << id;
     }
     EXPECT_EQ(cache_.sequences().size(), shadow_.size());
   }

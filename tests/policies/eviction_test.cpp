@@ -34,7 +34,8 @@ const std::vector<SequenceState> kFour = {{1, 40, 3, 50, 4, 9, 40},
                                           {3, 70, 5, 90, 1, 3, 70},
                                           {4, 10, 1, 10, 3, 5, 10}};
 
-CacheState state_of(const std::vector<SequenceState>& sequences, const TokenSource* tokens = nullptr) {
+CacheState state_of(const std::vector<SequenceState>& sequences,
+                    const TokenSource* tokens = nullptr) {
   return {16, 10, 100, 0, 0, sequences, tokens};
 }
 
@@ -76,7 +77,8 @@ TEST(Eviction, StreamingDropsWhatNoFutureQueryCanSeeAPageAtATime) {
 }
 
 TEST(Eviction, HeavyHitterKeepsSinksRecentAndTheHeaviest) {
-  const auto p = registry().create_eviction("heavy-hitter", {{"budget", 8}, {"sinks", 2}, {"recent", 3}});
+  const auto p =
+      registry().create_eviction("heavy-hitter", {{"budget", 8}, {"sinks", 2}, {"recent", 3}});
   EXPECT_TRUE(p->wants_scores());
   Tokens tokens;
   std::vector<Position> positions;
@@ -103,7 +105,9 @@ TEST(Eviction, OptionsAreValidated) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("unknown option 'windw' (did you mean 'window'?)"));
   }
-  EXPECT_THROW(registry().create_eviction("heavy-hitter", {{"budget", 4}, {"sinks", 4}, {"recent", 4}}), Error);
+  EXPECT_THROW(
+      registry().create_eviction("heavy-hitter", {{"budget", 4}, {"sinks", 4}, {"recent", 4}}),
+      Error);
   EXPECT_THROW(registry().create_eviction("oldest-first", {{"sinks", 4}}), Error);
 }
 

@@ -8,14 +8,15 @@
 
 #include "attention_benchmark.hpp"
 #include "commands.hpp"
-#include "serving_simulation.hpp"
 #include "kvcache/registry.hpp"
+#include "serving_simulation.hpp"
 
 namespace kvcache::tool {
 
 void add_bench_command(CLI::App& app, const Globals& globals) {
   CLI::App* bench = app.add_subcommand(
-      "bench", "Serving simulation through the Cache (the main job); `bench attention`: one kernel");
+      "bench",
+      "Serving simulation through the Cache (the main job); `bench attention`: one kernel");
   bench->require_subcommand(0, 1);
   struct SimFlags {
     SimulationOptions options;
@@ -23,15 +24,27 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
   };
   auto sim = std::make_shared<SimFlags>();
   SimulationOptions& so = sim->options;
-  bench->add_option("--requests", so.requests, "synthetic requests")->capture_default_str()->check(CLI::PositiveNumber);
+  bench->add_option("--requests", so.requests, "synthetic requests")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   bench->add_option("--seed", so.seed, "seed of the synthetic requests")->capture_default_str();
-  bench->add_option("--rate", so.arrival_rate, "arrivals per second")->capture_default_str()->check(CLI::PositiveNumber);
-  bench->add_option("--layers", so.simulated_layers, "layers computed each step (memory is sized for all)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  bench->add_option("--max-batch", so.max_batch, "running sequences at most")->capture_default_str()->check(CLI::PositiveNumber);
-  bench->add_option("--baseline-max-len", so.baseline_max_len, "tokens a contiguous allocator reserves per request")
+  bench->add_option("--rate", so.arrival_rate, "arrivals per second")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  bench
+      ->add_option("--layers", so.simulated_layers,
+                   "layers computed each step (memory is sized for all)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  bench->add_option("--max-batch", so.max_batch, "running sequences at most")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  bench
+      ->add_option("--baseline-max-len", so.baseline_max_len,
+                   "tokens a contiguous allocator reserves per request")
       ->capture_default_str();
-  bench->add_option("--trace", so.trace, "JSONL: arrival, prompt_tokens, output_tokens, prefix_id (optional)");
+  bench->add_option("--trace", so.trace,
+                    "JSONL: arrival, prompt_tokens, output_tokens, prefix_id (optional)");
   bench->add_option("--chart", so.chart, "write an SVG of memory use and throughput over time");
   bench->add_flag("--json", sim->json, "print one JSON object");
   bench->callback([&globals, bench, sim] {
@@ -50,19 +63,23 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
         "requests:           {} finished, {} rejected, {} preemptions\n"
         "throughput:         {:.0f} tokens/s ({} tokens in {:.2f} s)\n"
         "attention:          {:.1f} GB/s of KV read\n"
-        "KV utilization:     {:.1f}% of allocated slots hold tokens; internal fragmentation {:.1f}%\n"
+        "KV utilization:     {:.1f}% of allocated slots hold tokens; internal fragmentation "
+        "{:.1f}%\n"
         "contiguous baseline: {:.1f}% (max-length reservation per request)\n"
         "prefix cache:       {:.1f}% of prompt tokens reused\n"
         "evictions:          {} ranges, {} tokens dropped\n"
         "peak KV memory:     {:.1f} MiB (whole model)\n"
         "quantization error: {:.2e} (mean |error| / mean |x|, K format)\n",
-        r["backend"].get<std::string>(), r["k_format"].get<std::string>(), r["v_format"].get<std::string>(),
-        r["eviction"].get<std::string>(), r["simulated_layers"].get<int>(), r["model_layers"].get<int>(),
-        r["finished"].get<int>(), r["rejected"].get<int>(), r["preemptions"].get<int>(),
-        r["tokens_per_second"].get<double>(), r["generated_tokens"].get<std::uint64_t>(), r["seconds"].get<double>(),
-        r["attention_gbps"].get<double>(), 100 * r["kv_utilization"].get<double>(), 100 * r["fragmentation"].get<double>(),
-        100 * r["baseline_utilization"].get<double>(), 100 * r["prefix_hit_rate"].get<double>(), r["evictions"].get<int>(),
-        r["evicted_tokens"].get<std::uint64_t>(), r["peak_kv_bytes"].get<double>() / (1 << 20), r["quant_error"].get<double>());
+        r["backend"].get<std::string>(), r["k_format"].get<std::string>(),
+        r["v_format"].get<std::string>(), r["eviction"].get<std::string>(),
+        r["simulated_layers"].get<int>(), r["model_layers"].get<int>(), r["finished"].get<int>(),
+        r["rejected"].get<int>(), r["preemptions"].get<int>(), r["tokens_per_second"].get<double>(),
+        r["generated_tokens"].get<std::uint64_t>(), r["seconds"].get<double>(),
+        r["attention_gbps"].get<double>(), 100 * r["kv_utilization"].get<double>(),
+        100 * r["fragmentation"].get<double>(), 100 * r["baseline_utilization"].get<double>(),
+        100 * r["prefix_hit_rate"].get<double>(), r["evictions"].get<int>(),
+        r["evicted_tokens"].get<std::uint64_t>(), r["peak_kv_bytes"].get<double>() / (1 << 20),
+        r["quant_error"].get<double>());
     for (const auto& rejection : r["rejections"])
       std::cout << fmt::format("rejected request {}: {}\n", rejection["request"].get<int>(),
                                rejection["reason"].get<std::string>());

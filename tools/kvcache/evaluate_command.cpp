@@ -34,18 +34,27 @@ std::vector<KvPair> read_pairs(const std::string& file) {
   std::vector<KvPair> pairs;
   const auto add = [&](const std::string& name, const Tensor& k, const Tensor& v) {
     if (k.shape.size() != 3 || v.shape != k.shape)
-      throw Error(Code::invalid_argument, "'" + file + "': " + name + " K and V must both be [tokens, kv_heads, head_dim]; got " +
-                                              shape_text(k.shape) + " and " + shape_text(v.shape));
-    pairs.push_back({name, k.to_float(name + " K"), v.to_float(name + " V"), k.shape[0], k.shape[1], k.shape[2]});
+      throw Error(Code::invalid_argument,
+                  "'" + file + "': " + name +
+                      " K and V must both be [tokens, kv_heads, head_dim]; got " +
+                      shape_text(k.shape) + " and " + shape_text(v.shape));
+    pairs.push_back({name, k.to_float(name + " K"), v.to_float(name + " V"), k.shape[0], k.shape[1],
+                     k.shape[2]});
   };
   if (file.ends_with(".npy")) {
     const Tensor& t = tensors.begin()->second;
     if (t.shape.size() != 4 || t.shape[0] != 2)
-      throw Error(Code::invalid_argument, "'" + file + "': a .npy K/V dump must be [2, tokens, kv_heads, head_dim], got " + shape_text(t.shape));
+      throw Error(Code::invalid_argument,
+                  "'" + file + "': a .npy K/V dump must be [2, tokens, kv_heads, head_dim], got " +
+                      shape_text(t.shape));
     const std::vector<float> all = t.to_float("'" + file + "'");
     const std::size_t half = all.size() / 2;
-    pairs.push_back({"kv", {all.begin(), all.begin() + static_cast<std::ptrdiff_t>(half)},
-                     {all.begin() + static_cast<std::ptrdiff_t>(half), all.end()}, t.shape[1], t.shape[2], t.shape[3]});
+    pairs.push_back({"kv",
+                     {all.begin(), all.begin() + static_cast<std::ptrdiff_t>(half)},
+                     {all.begin() + static_cast<std::ptrdiff_t>(half), all.end()},
+                     t.shape[1],
+                     t.shape[2],
+                     t.shape[3]});
     return pairs;
   }
   for (const auto& [name, tensor] : tensors) {
@@ -63,7 +72,8 @@ std::vector<KvPair> read_pairs(const std::string& file) {
     std::string names;
     for (const auto& [name, t] : tensors) names += (names.empty() ? "" : ", ") + name;
     throw Error(Code::invalid_argument, "'" + file + "': no K/V pair found among [" + names +
-                                            "]; expected tensors named k and v, <prefix>k and <prefix>v, or <prefix>key and <prefix>value");
+                                            "]; expected tensors named k and v, <prefix>k and "
+                                            "<prefix>v, or <prefix>key and <prefix>value");
   }
   return pairs;
 }
@@ -76,7 +86,8 @@ Errors tensor_errors(const std::vector<float>& x, const std::vector<float>& y) {
   double peak = 0, magnitude = 0, total = 0, worst = 0;
   for (std::size_t i = 0; i < x.size(); ++i) {
     const double e = std::fabs(double(y[i]) - x[i]);
-    worst = std::max(worst, e), total += e, peak = std::max(peak, double(std::fabs(x[i]))), magnitude += std::fabs(x[i]);
+    worst = std::max(worst, e), total += e, peak = std::max(peak, double(std::fabs(x[i]))),
+    magnitude += std::fabs(x[i]);
   }
   return {peak > 0 ? worst / peak : 0.0, magnitude > 0 ? total / magnitude : 0.0};
 }
@@ -99,8 +110,9 @@ void run_evaluate(const Globals& globals, const EvaluateFlags& f) {
     const auto t = read_tensors(f.q);
     q_tensor = t.begin()->second;
     if (q_tensor->shape.size() != 3 || q_tensor->shape[2] != pairs[0].head_dim)
-      throw Error(Code::invalid_argument, "'" + f.q + "': expected Q [q_heads, q_len, " + std::to_string(pairs[0].head_dim) +
-                                              "], got " + shape_text(q_tensor->shape));
+      throw Error(Code::invalid_argument, "'" + f.q + "': expected Q [q_heads, q_len, " +
+                                              std::to_string(pairs[0].head_dim) + "], got " +
+                                              shape_text(q_tensor->shape));
   }
   std::vector<std::string> formats;
   if (f.formats.empty()) {
@@ -124,13 +136,17 @@ void run_evaluate(const Globals& globals, const EvaluateFlags& f) {
     for (const KvPair& p : pairs) {
       const std::int64_t q_heads = q_tensor ? q_tensor->shape[0] : p.kv_heads * f.q_per_kv;
       if (q_heads % p.kv_heads != 0)
-        throw Error(Code::invalid_argument, "Q has " + std::to_string(q_heads) + " heads, not a multiple of " +
+        throw Error(Code::invalid_argument, "Q has " + std::to_string(q_heads) +
+                                                " heads, not a multiple of " +
                                                 std::to_string(p.kv_heads) + " KV heads");
       Config config = base;
-      config.model = {1, static_cast<std::uint32_t>(q_heads), static_cast<std::uint32_t>(p.kv_heads), static_cast<std::uint32_t>(p.head_dim)};
+      config.model = {1, static_cast<std::uint32_t>(q_heads),
+                      static_cast<std::uint32_t>(p.kv_heads),
+                      static_cast<std::uint32_t>(p.head_dim)};
       config.cache.page_size = 32;  // kivi-k's default group fits
-      config.cache.capacity_bytes = (static_cast<std::uint64_t>(p.tokens) / 32 + 2) *
-                                    (static_cast<std::uint64_t>(p.kv_heads * p.head_dim) * 8 * 32 + 4096);
+      config.cache.capacity_bytes =
+          (static_cast<std::uint64_t>(p.tokens) / 32 + 2) *
+          (static_cast<std::uint64_t>(p.kv_heads * p.head_dim) * 8 * 32 + 4096);
       config.k_quantizer = config.v_quantizer = {format, nlohmann::json::object(), {}};
       config.mask = {"causal", nlohmann::json::object(), {}};
       config.eviction = {"none", nlohmann::json::object(), {}};
@@ -141,7 +157,8 @@ void run_evaluate(const Globals& globals, const EvaluateFlags& f) {
       cache->reserve(ids, std::vector<std::uint32_t>{n});
       std::int64_t kv_shape[3] = {p.tokens, p.kv_heads, p.head_dim};
       std::vector<float> k = p.k, v = p.v, kd(k.size()), vd(v.size());
-      cache->append(0, ids, std::vector<std::uint32_t>{n}, DLTensor{k.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, kv_shape, nullptr, 0},
+      cache->append(0, ids, std::vector<std::uint32_t>{n},
+                    DLTensor{k.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, kv_shape, nullptr, 0},
                     DLTensor{v.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, kv_shape, nullptr, 0});
       DLTensor kt{kd.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, kv_shape, nullptr, 0}, vt = kt;
       vt.data = vd.data();
@@ -155,21 +172,27 @@ void run_evaluate(const Globals& globals, const EvaluateFlags& f) {
       for (std::int64_t t = 0; t < p.tokens; ++t) positions[t] = t;
       std::mt19937 rng(11);
       std::normal_distribution<float> normal;
-      const std::uint32_t queries = q_tensor ? static_cast<std::uint32_t>(q_tensor->shape[1]) : f.queries;
+      const std::uint32_t queries =
+          q_tensor ? static_cast<std::uint32_t>(q_tensor->shape[1]) : f.queries;
       const std::vector<float> q_all = q_tensor ? q_tensor->to_float("Q") : std::vector<float>();
       for (std::uint32_t j = 0; j < queries; ++j) {
         std::vector<float> q(q_heads * p.head_dim), out(q.size()), want(q.size());
         for (std::int64_t h = 0; h < q_heads; ++h)
           for (std::int64_t i = 0; i < p.head_dim; ++i)
-            q[h * p.head_dim + i] = q_tensor ? q_all[(h * queries + j) * p.head_dim + i] : normal(rng);
+            q[h * p.head_dim + i] =
+                q_tensor ? q_all[(h * queries + j) * p.head_dim + i] : normal(rng);
         std::int64_t q_shape[3] = {1, q_heads, p.head_dim};
         DLTensor ot{out.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, q_shape, nullptr, 0};
-        cache->decode(0, ids, DLTensor{q.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, q_shape, nullptr, 0}, ot);
-        reference::attention({static_cast<std::uint32_t>(q_heads), static_cast<std::uint32_t>(p.kv_heads), static_cast<std::uint32_t>(p.head_dim)},
-                             q, p.k, p.v, positions, std::vector<PositionRange>{{0, p.tokens}},
-                             1.0f / std::sqrt(static_cast<float>(p.head_dim)), want);
+        cache->decode(
+            0, ids, DLTensor{q.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, q_shape, nullptr, 0}, ot);
+        reference::attention(
+            {static_cast<std::uint32_t>(q_heads), static_cast<std::uint32_t>(p.kv_heads),
+             static_cast<std::uint32_t>(p.head_dim)},
+            q, p.k, p.v, positions, std::vector<PositionRange>{{0, p.tokens}},
+            1.0f / std::sqrt(static_cast<float>(p.head_dim)), want);
         double err = 0, norm = 0;
-        for (std::size_t e = 0; e < want.size(); ++e) err += std::pow(out[e] - want[e], 2), norm += std::pow(want[e], 2);
+        for (std::size_t e = 0; e < want.size(); ++e)
+          err += std::pow(out[e] - want[e], 2), norm += std::pow(want[e], 2);
         const double relative = norm > 0 ? std::sqrt(err / norm) : 0.0;
         attention_max = std::max(attention_max, relative);
         attention_sum += relative;
@@ -180,38 +203,57 @@ void run_evaluate(const Globals& globals, const EvaluateFlags& f) {
     row.attention = {attention_max, attention_count ? attention_sum / attention_count : 0.0};
     rows.push_back(row);
   }
-  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.attention.mean < b.attention.mean; });
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const Row& a, const Row& b) { return a.attention.mean < b.attention.mean; });
   if (f.json) {
     nlohmann::json out = nlohmann::json::array();
     for (const Row& r : rows)
       out.push_back({{"format", r.format},
-                     {"k_max_error", r.k.max}, {"k_mean_error", r.k.mean},
-                     {"v_max_error", r.v.max}, {"v_mean_error", r.v.mean},
-                     {"attention_max_error", r.attention.max}, {"attention_mean_error", r.attention.mean}});
-    std::cout << nlohmann::json{{"pairs", pairs.size()}, {"tokens", pairs[0].tokens}, {"ranking", out}}.dump(2) << '\n';
+                     {"k_max_error", r.k.max},
+                     {"k_mean_error", r.k.mean},
+                     {"v_max_error", r.v.max},
+                     {"v_mean_error", r.v.mean},
+                     {"attention_max_error", r.attention.max},
+                     {"attention_mean_error", r.attention.mean}});
+    std::cout << nlohmann::json{{"pairs", pairs.size()},
+                                {"tokens", pairs[0].tokens},
+                                {"ranking", out}}
+                     .dump(2)
+              << '\n';
     return;
   }
-  std::cout << fmt::format("{}: {} K/V pair(s), {} tokens x {} KV heads x {}; errors: max |e| / max |x| and mean |e| / mean |x| for K and V,\n"
-                           "attention: ||out - out_fp32|| / ||out_fp32|| over {} queries; best first\n\n",
-                           f.kv, pairs.size(), pairs[0].tokens, pairs[0].kv_heads, pairs[0].head_dim,
-                           q_tensor ? "the given" : std::to_string(f.queries) + " random");
-  std::cout << fmt::format("{:<16} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12}\n", "format", "K max", "K mean", "V max",
-                           "V mean", "attn max", "attn mean");
+  std::cout << fmt::format(
+      "{}: {} K/V pair(s), {} tokens x {} KV heads x {}; errors: max |e| / max |x| and mean |e| / "
+      "mean |x| for K and V,\n"
+      "attention: ||out - out_fp32|| / ||out_fp32|| over {} queries; best first\n\n",
+      f.kv, pairs.size(), pairs[0].tokens, pairs[0].kv_heads, pairs[0].head_dim,
+      q_tensor ? "the given" : std::to_string(f.queries) + " random");
+  std::cout << fmt::format("{:<16} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12}\n", "format", "K max",
+                           "K mean", "V max", "V mean", "attn max", "attn mean");
   for (const Row& r : rows)
-    std::cout << fmt::format("{:<16} {:>10.2e} {:>10.2e} {:>10.2e} {:>10.2e} {:>12.2e} {:>12.2e}\n", r.format, r.k.max,
-                             r.k.mean, r.v.max, r.v.mean, r.attention.max, r.attention.mean);
+    std::cout << fmt::format("{:<16} {:>10.2e} {:>10.2e} {:>10.2e} {:>10.2e} {:>12.2e} {:>12.2e}\n",
+                             r.format, r.k.max, r.k.mean, r.v.max, r.v.mean, r.attention.max,
+                             r.attention.mean);
 }
 
 }  // namespace
 
 void add_evaluate_command(CLI::App& app, const Globals& globals) {
   auto f = std::make_shared<EvaluateFlags>();
-  CLI::App* evaluate = app.add_subcommand("evaluate", "Quantization error on your model's dumped K/V, ranked");
-  evaluate->add_option("--kv", f->kv, ".safetensors (k/v pairs [tokens, kv_heads, head_dim]) or .npy [2, tokens, kv_heads, head_dim]")
+  CLI::App* evaluate =
+      app.add_subcommand("evaluate", "Quantization error on your model's dumped K/V, ranked");
+  evaluate
+      ->add_option("--kv", f->kv,
+                   ".safetensors (k/v pairs [tokens, kv_heads, head_dim]) or .npy [2, tokens, "
+                   "kv_heads, head_dim]")
       ->required();
   evaluate->add_option("--q", f->q, "queries [q_heads, q_len, head_dim] (default: random)");
-  evaluate->add_option("--queries", f->queries, "random queries per K/V pair")->capture_default_str()->check(CLI::PositiveNumber);
-  evaluate->add_option("--q-per-kv", f->q_per_kv, "query heads per KV head for random queries (GQA)")->capture_default_str();
+  evaluate->add_option("--queries", f->queries, "random queries per K/V pair")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  evaluate
+      ->add_option("--q-per-kv", f->q_per_kv, "query heads per KV head for random queries (GQA)")
+      ->capture_default_str();
   evaluate->add_option("--formats", f->formats, "comma-separated formats (default: all but fp32)");
   evaluate->add_flag("--json", f->json, "print one JSON object");
   evaluate->callback([&globals, f] { run_evaluate(globals, *f); });

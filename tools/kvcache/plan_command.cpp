@@ -62,9 +62,10 @@ void run_plan(const PlanFlags& f) {
   if (preset == presets().end()) {
     std::vector<std::string> names;
     for (const auto& [n, s] : presets()) names.push_back(n);
-    throw Error(Code::invalid_argument, "unknown preset '" + f.preset + "'" + did_you_mean(f.preset, names) +
-                                            "; presets: llama-3-8b, llama-3-70b, mistral-7b, qwen2.5-7b, "
-                                            "or give --layers --q-heads --kv-heads --head-dim");
+    throw Error(Code::invalid_argument,
+                "unknown preset '" + f.preset + "'" + did_you_mean(f.preset, names) +
+                    "; presets: llama-3-8b, llama-3-70b, mistral-7b, qwen2.5-7b, "
+                    "or give --layers --q-heads --kv-heads --head-dim");
   }
   ModelShape m = preset->second;
   m.layers = f.layers.value_or(m.layers);
@@ -74,7 +75,8 @@ void run_plan(const PlanFlags& f) {
   if (m.kv_heads == 0 || m.q_heads % m.kv_heads != 0)
     throw Error(Code::invalid_argument, "q-heads must be a multiple of kv-heads");
   const std::uint64_t memory = parse_size(f.memory), weights = parse_size(f.weights);
-  if (weights >= memory) throw Error(Code::invalid_argument, "--weights leaves no memory for the cache");
+  if (weights >= memory)
+    throw Error(Code::invalid_argument, "--weights leaves no memory for the cache");
   const std::uint64_t tokens = f.window ? std::min(f.context, *f.window) : f.context;
   const std::uint64_t pages_per_sequence = (tokens + f.page_size - 1) / f.page_size;
 
@@ -98,14 +100,26 @@ void run_plan(const PlanFlags& f) {
     }
   }
   if (f.json) {
-    nlohmann::json out = {{"model", {{"layers", m.layers}, {"q_heads", m.q_heads}, {"kv_heads", m.kv_heads}, {"head_dim", m.head_dim}}},
-                          {"batch", f.batch}, {"context", f.context}, {"tokens_kept", tokens},
-                          {"page_size", f.page_size}, {"memory_bytes", memory}, {"weights_bytes", weights},
+    nlohmann::json out = {{"model",
+                           {{"layers", m.layers},
+                            {"q_heads", m.q_heads},
+                            {"kv_heads", m.kv_heads},
+                            {"head_dim", m.head_dim}}},
+                          {"batch", f.batch},
+                          {"context", f.context},
+                          {"tokens_kept", tokens},
+                          {"page_size", f.page_size},
+                          {"memory_bytes", memory},
+                          {"weights_bytes", weights},
                           {"rows", nlohmann::json::array()}};
     for (const Row& r : rows)
-      out["rows"].push_back({{"format", r.format}, {"attention", r.attention}, {"kv_heads", r.kv_heads},
-                             {"bytes_per_token", r.bytes_per_token}, {"kv_bytes", r.kv_bytes},
-                             {"pages", r.pages}, {"last_page_waste_tokens", r.last_page_waste},
+      out["rows"].push_back({{"format", r.format},
+                             {"attention", r.attention},
+                             {"kv_heads", r.kv_heads},
+                             {"bytes_per_token", r.bytes_per_token},
+                             {"kv_bytes", r.kv_bytes},
+                             {"pages", r.pages},
+                             {"last_page_waste_tokens", r.last_page_waste},
                              {"max_batch", r.max_batch}});
     std::cout << out.dump(2) << '\n';
     return;
@@ -116,8 +130,9 @@ void run_plan(const PlanFlags& f) {
       f.preset, m.layers, m.q_heads, m.kv_heads, m.head_dim, f.batch, f.context,
       f.window ? fmt::format(" (window keeps {})", tokens) : "", f.page_size, human(double(memory)),
       human(double(weights)), human(double(memory - weights)));
-  std::cout << fmt::format("{:<16} {:<4} {:>4} {:>12} {:>12} {:>10} {:>10} {:>10}\n", "format", "attn",
-                           "kv", "per token", "KV bytes", "pages", "last page", "max batch");
+  std::cout << fmt::format("{:<16} {:<4} {:>4} {:>12} {:>12} {:>10} {:>10} {:>10}\n", "format",
+                           "attn", "kv", "per token", "KV bytes", "pages", "last page",
+                           "max batch");
   for (const Row& r : rows)
     std::cout << fmt::format("{:<16} {:<4} {:>4} {:>12} {:>12} {:>10} {:>10} {:>10}\n", r.format,
                              r.attention, r.kv_heads, human(double(r.bytes_per_token)),
@@ -129,18 +144,32 @@ void run_plan(const PlanFlags& f) {
 
 void add_plan_command(CLI::App& app) {
   auto f = std::make_shared<PlanFlags>();
-  CLI::App* plan = app.add_subcommand("plan", "KV cache memory per format, attention layout and batch");
-  plan->add_option("--preset", f->preset, "llama-3-8b, llama-3-70b, mistral-7b, qwen2.5-7b")->capture_default_str();
-  plan->add_option("--layers", f->layers, "override the preset's layers")->check(CLI::PositiveNumber);
-  plan->add_option("--q-heads", f->q_heads, "override the preset's query heads")->check(CLI::PositiveNumber);
-  plan->add_option("--kv-heads", f->kv_heads, "override the preset's KV heads")->check(CLI::PositiveNumber);
-  plan->add_option("--head-dim", f->head_dim, "override the preset's head dimension")->check(CLI::PositiveNumber);
-  plan->add_option("--batch", f->batch, "sequences")->capture_default_str()->check(CLI::PositiveNumber);
-  plan->add_option("--context", f->context, "tokens per sequence")->capture_default_str()->check(CLI::PositiveNumber);
-  plan->add_option("--page-size", f->page_size, "tokens per page")->capture_default_str()->check(CLI::PositiveNumber);
-  plan->add_option("--window", f->window, "keep only this many tokens (sliding window)")->check(CLI::PositiveNumber);
+  CLI::App* plan =
+      app.add_subcommand("plan", "KV cache memory per format, attention layout and batch");
+  plan->add_option("--preset", f->preset, "llama-3-8b, llama-3-70b, mistral-7b, qwen2.5-7b")
+      ->capture_default_str();
+  plan->add_option("--layers", f->layers, "override the preset's layers")
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--q-heads", f->q_heads, "override the preset's query heads")
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--kv-heads", f->kv_heads, "override the preset's KV heads")
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--head-dim", f->head_dim, "override the preset's head dimension")
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--batch", f->batch, "sequences")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--context", f->context, "tokens per sequence")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--page-size", f->page_size, "tokens per page")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--window", f->window, "keep only this many tokens (sliding window)")
+      ->check(CLI::PositiveNumber);
   plan->add_option("--memory", f->memory, "device memory, e.g. 80GiB")->capture_default_str();
-  plan->add_option("--weights", f->weights, "memory taken by the weights, e.g. 16GiB")->capture_default_str();
+  plan->add_option("--weights", f->weights, "memory taken by the weights, e.g. 16GiB")
+      ->capture_default_str();
   plan->add_flag("--json", f->json, "print one JSON object");
   plan->callback([f] { run_plan(*f); });
 }

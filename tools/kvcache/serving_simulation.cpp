@@ -46,19 +46,25 @@ std::vector<std::int32_t> prompt_ids(const Request& r, std::size_t index) {
 // The simulation's mutable state and its metrics.
 class Simulation {
  public:
-  Simulation(Cache& cache, const SimulationOptions& o, std::vector<Request> requests, double layer_scale)
-      : cache_(cache), o_(o), requests_(std::move(requests)), layer_scale_(layer_scale), rng_(o.seed) {
+  Simulation(Cache& cache, const SimulationOptions& o, std::vector<Request> requests,
+             double layer_scale)
+      : cache_(cache),
+        o_(o),
+        requests_(std::move(requests)),
+        layer_scale_(layer_scale),
+        rng_(o.seed) {
     for (std::size_t i = 0; i < requests_.size(); ++i) queue_.push_back(i);
     const StoreInfo info = cache.store().info();
-    bytes_per_token_ = static_cast<double>(info.k_format.tile_bytes + info.v_format.tile_bytes) * cache.model().kv_heads /
-                       info.page_size;  // per layer
+    bytes_per_token_ = static_cast<double>(info.k_format.tile_bytes + info.v_format.tile_bytes) *
+                       cache.model().kv_heads / info.page_size;  // per layer
     page_bytes_ = info.page_bytes;
   }
 
   nlohmann::json run() {
     const auto start = Clock::now();
     while (finished_ + rejected_ < requests_.size()) {
-      if (running_.empty() && !queue_.empty()) now_ = std::max(now_, requests_[queue_.front()].arrival);
+      if (running_.empty() && !queue_.empty())
+        now_ = std::max(now_, requests_[queue_.front()].arrival);
       const auto step_start = Clock::now();
       admit();
       compute();
@@ -77,13 +83,21 @@ class Simulation {
 
  private:
   void admit() {
-    while (!queue_.empty() && running_.size() < o_.max_batch && requests_[queue_.front()].arrival <= now_) {
+    while (!queue_.empty() && running_.size() < o_.max_batch &&
+           requests_[queue_.front()].arrival <= now_) {
       const std::size_t index = queue_.front();
-      Running r{requests_[index], index, cache_.add_sequence(), 0, 0, prompt_ids(requests_[index], index)};
+      Running r{requests_[index],
+                index,
+                cache_.add_sequence(),
+                0,
+                0,
+                prompt_ids(requests_[index], index)};
       // Reuse cached prefix pages; the last prompt token is always computed.
       const std::uint64_t matched =
           r.request.prefix_id
-              ? cache_.match_prefix(r.sequence, std::span<const std::int32_t>(r.prompt_ids).first(r.prompt_ids.size() - 1))
+              ? cache_.match_prefix(
+                    r.sequence,
+                    std::span<const std::int32_t>(r.prompt_ids).first(r.prompt_ids.size() - 1))
               : 0;
       prefix_hits_ += matched;
       prompt_tokens_ += r.prompt_ids.size();
@@ -159,7 +173,8 @@ class Simulation {
       rows += counts.back();
       visible += cache_.store().length(r->sequence) * counts.back();
     }
-    std::vector<float> k(rows * m.kv_heads * m.head_dim), q(rows * m.q_heads * m.head_dim), out(q.size());
+    std::vector<float> k(rows * m.kv_heads * m.head_dim), q(rows * m.q_heads * m.head_dim),
+        out(q.size());
     for (float& x : k) x = normal_(rng_);
     for (float& x : q) x = normal_(rng_);
     std::int64_t kv_shape[3] = {static_cast<std::int64_t>(rows), m.kv_heads, m.head_dim};
@@ -178,12 +193,14 @@ class Simulation {
 
   void note(const EvictionReport& report) {
     for (SeqId id : report.preempted) {
-      const auto it = std::find_if(running_.begin(), running_.end(), [&](const Running& r) { return r.sequence == id; });
+      const auto it = std::find_if(running_.begin(), running_.end(),
+                                   [&](const Running& r) { return r.sequence == id; });
       if (it == running_.end()) continue;
       ++preemptions_;
       requeue(it);
     }
-    for (const DroppedRange& d : report.dropped) evicted_tokens_ += static_cast<std::uint64_t>(d.range.size());
+    for (const DroppedRange& d : report.dropped)
+      evicted_tokens_ += static_cast<std::uint64_t>(d.range.size());
     evictions_ += report.dropped.size();
   }
 
@@ -193,7 +210,8 @@ class Simulation {
   }
 
   void preempt(SeqId id) {
-    const auto it = std::find_if(running_.begin(), running_.end(), [&](const Running& r) { return r.sequence == id; });
+    const auto it = std::find_if(running_.begin(), running_.end(),
+                                 [&](const Running& r) { return r.sequence == id; });
     cache_.release(id);
     ++preemptions_;
     requeue(it);
@@ -203,7 +221,8 @@ class Simulation {
     cache_.release(r.sequence);
     rejections_.push_back({{"request", r.index}, {"reason", why}});
     ++rejected_;
-    running_.erase(std::find_if(running_.begin(), running_.end(), [&](const Running& x) { return &x == &r; }));
+    running_.erase(
+        std::find_if(running_.begin(), running_.end(), [&](const Running& x) { return &x == &r; }));
   }
 
   void retire() {
@@ -224,16 +243,19 @@ class Simulation {
     std::uint64_t held = 0, baseline = 0;
     for (const Running& r : running_) {
       held += cache_.store().length(r.sequence);
-      baseline += std::max<std::uint64_t>(o_.baseline_max_len, r.request.prompt_tokens + r.request.output_tokens);
+      baseline += std::max<std::uint64_t>(o_.baseline_max_len,
+                                          r.request.prompt_tokens + r.request.output_tokens);
     }
     if (slots > 0) {
       utilization_sum_ += static_cast<double>(st.occupied_slots) / static_cast<double>(slots);
       fragmentation_sum_ += static_cast<double>(st.unused_slots) / static_cast<double>(slots);
-      baseline_sum_ += baseline > 0 ? static_cast<double>(held) / static_cast<double>(baseline) : 0.0;
+      baseline_sum_ +=
+          baseline > 0 ? static_cast<double>(held) / static_cast<double>(baseline) : 0.0;
       ++samples_;
     }
     peak_pages_ = std::max(peak_pages_, st.used_pages);
-    timeline_.push_back({now_, static_cast<double>(st.used_pages) / static_cast<double>(st.total_pages),
+    timeline_.push_back({now_,
+                         static_cast<double>(st.used_pages) / static_cast<double>(st.total_pages),
                          seconds > 0 ? static_cast<double>(running_.size()) / seconds : 0.0});
   }
 
@@ -241,8 +263,9 @@ class Simulation {
     if (!isatty(2)) return;
     const std::size_t done = finished_ + rejected_, width = 30;
     const std::size_t filled = requests_.empty() ? width : done * width / requests_.size();
-    std::cerr << fmt::format("\r[{}{}] {}/{} requests, {} running, {} tokens generated", std::string(filled, '#'),
-                             std::string(width - filled, '.'), done, requests_.size(), running_.size(), generated_)
+    std::cerr << fmt::format("\r[{}{}] {}/{} requests, {} running, {} tokens generated",
+                             std::string(filled, '#'), std::string(width - filled, '.'), done,
+                             requests_.size(), running_.size(), generated_)
               << std::flush;
   }
 
@@ -260,15 +283,19 @@ class Simulation {
       throughput += fmt::format("{:.1f},{:.1f} ", x, y0 + h - p[2] / top * h);
     }
     svg << fmt::format(
-        "<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-family='sans-serif' font-size='12'>\n"
+        "<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-family='sans-serif' "
+        "font-size='12'>\n"
         "<rect width='100%' height='100%' fill='white'/>\n"
-        "<text x='{}' y='14'>kvcache bench: KV memory in use (blue, share of pages) and decode tokens/s (orange, peak {:.0f})</text>\n"
-        "<line x1='{}' y1='{}' x2='{}' y2='{}' stroke='black'/><line x1='{}' y1='{}' x2='{}' y2='{}' stroke='black'/>\n"
-        "<text x='{}' y='{}'>0</text><text x='{}' y='{}'>{:.2f} s</text><text x='5' y='{}'>100%</text>\n"
+        "<text x='{}' y='14'>kvcache bench: KV memory in use (blue, share of pages) and decode "
+        "tokens/s (orange, peak {:.0f})</text>\n"
+        "<line x1='{}' y1='{}' x2='{}' y2='{}' stroke='black'/><line x1='{}' y1='{}' x2='{}' "
+        "y2='{}' stroke='black'/>\n"
+        "<text x='{}' y='{}'>0</text><text x='{}' y='{}'>{:.2f} s</text><text x='5' "
+        "y='{}'>100%</text>\n"
         "<polyline fill='none' stroke='#1f77b4' stroke-width='1.5' points='{}'/>\n"
         "<polyline fill='none' stroke='#ff7f0e' stroke-width='1' points='{}'/>\n</svg>\n",
-        x0 + w + 20, y0 + h + 40, x0, top, x0, y0 + h, x0 + w, y0 + h, x0, y0, x0, y0 + h, x0, y0 + h + 16,
-        x0 + w - 30, y0 + h + 16, t_end, y0 + 10, memory, throughput);
+        x0 + w + 20, y0 + h + 40, x0, top, x0, y0 + h, x0 + w, y0 + h, x0, y0, x0, y0 + h, x0,
+        y0 + h + 16, x0 + w - 30, y0 + h + 16, t_end, y0 + 10, memory, throughput);
   }
 
   nlohmann::json report() const {
@@ -280,15 +307,19 @@ class Simulation {
             {"generated_tokens", generated_},
             {"seconds", total_seconds_},
             {"tokens_per_second", static_cast<double>(generated_) / total_seconds_},
-            {"attention_gbps", attention_seconds_ > 0 ? attention_bytes_ / attention_seconds_ / 1e9 : 0.0},
+            {"attention_gbps",
+             attention_seconds_ > 0 ? attention_bytes_ / attention_seconds_ / 1e9 : 0.0},
             {"kv_utilization", utilization_sum_ / n},
             {"fragmentation", fragmentation_sum_ / n},
             {"baseline_utilization", baseline_sum_ / n},
-            {"prefix_hit_rate", prompt_tokens_ > 0 ? static_cast<double>(prefix_hits_) / static_cast<double>(prompt_tokens_) : 0.0},
+            {"prefix_hit_rate", prompt_tokens_ > 0 ? static_cast<double>(prefix_hits_) /
+                                                         static_cast<double>(prompt_tokens_)
+                                                   : 0.0},
             {"evictions", evictions_},
             {"evicted_tokens", evicted_tokens_},
             {"preemptions", preemptions_},
-            {"peak_kv_bytes", static_cast<std::uint64_t>(static_cast<double>(peak_pages_ * page_bytes_) * layer_scale_)}};
+            {"peak_kv_bytes", static_cast<std::uint64_t>(
+                                  static_cast<double>(peak_pages_ * page_bytes_) * layer_scale_)}};
   }
 
   Cache& cache_;
@@ -303,7 +334,8 @@ class Simulation {
   double bytes_per_token_ = 0.0;
   std::uint64_t page_bytes_ = 0;
   std::size_t finished_ = 0, rejected_ = 0;
-  std::uint64_t generated_ = 0, prompt_tokens_ = 0, prefix_hits_ = 0, preemptions_ = 0, evictions_ = 0, evicted_tokens_ = 0;
+  std::uint64_t generated_ = 0, prompt_tokens_ = 0, prefix_hits_ = 0, preemptions_ = 0,
+                evictions_ = 0, evicted_tokens_ = 0;
   std::uint64_t peak_pages_ = 0, samples_ = 0;
   double utilization_sum_ = 0.0, fragmentation_sum_ = 0.0, baseline_sum_ = 0.0;
   nlohmann::json rejections_ = nlohmann::json::array();
@@ -336,7 +368,8 @@ double quantization_error(const Config& config, std::shared_ptr<const Registry> 
   vb.data = v_back.data();
   cache->store().gather(0, id, b, vb);
   double err = 0, mag = 0;
-  for (std::size_t i = 0; i < k.size(); ++i) err += std::fabs(back[i] - k[i]), mag += std::fabs(k[i]);
+  for (std::size_t i = 0; i < k.size(); ++i)
+    err += std::fabs(back[i] - k[i]), mag += std::fabs(k[i]);
   return err / mag;
 }
 
@@ -378,25 +411,31 @@ std::vector<Request> read_trace(const std::string& file) {
     try {
       const nlohmann::json j = nlohmann::json::parse(line);
       for (const char* key : {"arrival", "prompt_tokens", "output_tokens"})
-        if (!j.contains(key)) throw Error(Code::invalid_argument, where + "missing key '" + key + "'");
+        if (!j.contains(key))
+          throw Error(Code::invalid_argument, where + "missing key '" + key + "'");
       Request r;
       r.arrival = j.at("arrival").get<double>();
       r.prompt_tokens = j.at("prompt_tokens").get<std::uint32_t>();
       r.output_tokens = j.at("output_tokens").get<std::uint32_t>();
       if (j.contains("prefix_id")) r.prefix_id = j.at("prefix_id").get<std::int64_t>();
       if (r.prompt_tokens == 0 || r.output_tokens == 0 || r.arrival < 0)
-        throw Error(Code::invalid_argument, where + "prompt_tokens and output_tokens must be positive, arrival >= 0");
+        throw Error(Code::invalid_argument,
+                    where + "prompt_tokens and output_tokens must be positive, arrival >= 0");
       if (r.prefix_id && r.prompt_tokens <= kSharedPrefix) r.prefix_id.reset();
       requests.push_back(r);
     } catch (const nlohmann::json::exception& e) {
-      throw Error(Code::invalid_argument, where + "expected a JSON object with arrival, prompt_tokens, output_tokens: " + e.what());
+      throw Error(
+          Code::invalid_argument,
+          where + "expected a JSON object with arrival, prompt_tokens, output_tokens: " + e.what());
     }
   }
-  std::stable_sort(requests.begin(), requests.end(), [](const Request& a, const Request& b) { return a.arrival < b.arrival; });
+  std::stable_sort(requests.begin(), requests.end(),
+                   [](const Request& a, const Request& b) { return a.arrival < b.arrival; });
   return requests;
 }
 
-nlohmann::json run_serving_simulation(const Config& config, std::shared_ptr<const Registry> registry,
+nlohmann::json run_serving_simulation(const Config& config,
+                                      std::shared_ptr<const Registry> registry,
                                       const SimulationOptions& o) {
   // Compute runs on the simulated layers; memory is sized as for the whole model, so the number
   // of tokens that fit is the real one.
@@ -406,7 +445,8 @@ nlohmann::json run_serving_simulation(const Config& config, std::shared_ptr<cons
   simulated.cache.capacity_bytes = config.cache.capacity_bytes * layers / config.model.layers;
   const auto cache = Cache::open(simulated, registry);
   std::vector<Request> requests = o.trace.empty() ? synthetic_requests(o) : read_trace(o.trace);
-  Simulation simulation(*cache, o, std::move(requests), static_cast<double>(config.model.layers) / layers);
+  Simulation simulation(*cache, o, std::move(requests),
+                        static_cast<double>(config.model.layers) / layers);
   nlohmann::json report = simulation.run();
   report["quant_error"] = quantization_error(config, registry);
   report["backend"] = cache->backend();

@@ -27,12 +27,12 @@ struct Request {
 struct SimulationOptions {
   std::uint32_t requests = 48;
   std::uint64_t seed = 1;
-  double arrival_rate = 50.0;           // requests per simulated second
-  std::uint32_t simulated_layers = 2;   // layers that get K/V and attention each step
-  std::uint32_t max_batch = 32;         // running sequences at most
+  double arrival_rate = 50.0;             // requests per simulated second
+  std::uint32_t simulated_layers = 2;     // layers that get K/V and attention each step
+  std::uint32_t max_batch = 32;           // running sequences at most
   std::uint32_t baseline_max_len = 2048;  // what a contiguous allocator reserves per request
-  std::string trace;                    // JSONL file; empty: synthetic
-  std::string chart;                    // SVG file to write; empty: none
+  std::string trace;                      // JSONL file; empty: synthetic
+  std::string chart;                      // SVG file to write; empty: none
   bool progress = false;
 };
 
@@ -42,7 +42,8 @@ std::vector<Request> read_trace(const std::string& file);
 std::vector<Request> synthetic_requests(const SimulationOptions& options);
 
 // Runs the simulation; returns the report (keys listed in the README).
-nlohmann::json run_serving_simulation(const Config& config, std::shared_ptr<const Registry> registry,
+nlohmann::json run_serving_simulation(const Config& config,
+                                      std::shared_ptr<const Registry> registry,
                                       const SimulationOptions& options);
 
 }  // namespace kvcache::tool

@@ -24,7 +24,8 @@ const Tensor& only_tensor(const std::map<std::string, Tensor>& tensors, const st
   return tensors.begin()->second;
 }
 
-Tensor bytes_tensor(const std::string& dtype, std::vector<std::int64_t> shape, std::vector<std::byte> data) {
+Tensor bytes_tensor(const std::string& dtype, std::vector<std::int64_t> shape,
+                    std::vector<std::byte> data) {
   return Tensor{dtype, std::move(shape), std::move(data)};
 }
 
@@ -39,15 +40,17 @@ void run_quantize(const Globals& globals, const QuantizeFlags& f) {
   if (f.bits) options["bits"] = *f.bits;
   const FormatSpec spec = parse_format(f.scheme, options);  // names the nearest scheme on a typo
   const Tensor input = only_tensor(read_tensors(f.in), f.in);
-  if (input.shape.empty()) throw Error(Code::invalid_argument, "'" + f.in + "' must have shape [..., head_dim]");
+  if (input.shape.empty())
+    throw Error(Code::invalid_argument, "'" + f.in + "' must have shape [..., head_dim]");
   const auto dim = static_cast<std::uint32_t>(input.shape.back());
   const std::vector<float> x = input.to_float("'" + f.in + "'");
   const std::size_t rows = dim == 0 ? 0 : x.size() / dim;
   // One tile per chunk of rows; a format that groups tokens takes whole groups.
   const std::uint32_t page = spec.groups_tokens() ? spec.group : 256;
   if (spec.groups_tokens() && rows % page != 0)
-    throw Error(Code::invalid_argument, f.scheme + " quantizes whole groups of " + std::to_string(page) +
-                                            " rows; '" + f.in + "' has " + std::to_string(rows));
+    throw Error(Code::invalid_argument, f.scheme + " quantizes whole groups of " +
+                                            std::to_string(page) + " rows; '" + f.in + "' has " +
+                                            std::to_string(rows));
   const auto registry = Registry::load(selected_config(globals).plugins);
   const auto quantizer = registry->create_quantizer(f.scheme, options);
   const StorageFormat layout = quantizer->describe(dim, page);
@@ -58,12 +61,21 @@ void run_quantize(const Globals& globals, const QuantizeFlags& f) {
   for (std::size_t first = 0; first < rows; first += page) {
     const auto n = static_cast<std::uint32_t>(std::min<std::size_t>(page, rows - first));
     std::int64_t shape[2] = {n, dim};
-    const DLTensor src{const_cast<float*>(x.data()) + first * dim, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, shape, nullptr, 0};
-    DLTensor dst{dequantized.data() + first * dim, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, shape, nullptr, 0};
+    const DLTensor src{const_cast<float*>(x.data()) + first * dim,
+                       {kDLCPU, 0},
+                       2,
+                       {kDLFloat, 32, 1},
+                       shape,
+                       nullptr,
+                       0};
+    DLTensor dst{
+        dequantized.data() + first * dim, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, shape, nullptr, 0};
     quantizer->encode(src, 0, page, tile.data());
     quantizer->decode(tile.data(), 0, page, dst);
-    codes.insert(codes.end(), tile.begin(), tile.begin() + static_cast<std::ptrdiff_t>(n * layout.slot_code_bytes));
-    const std::size_t meta_bytes = spec.groups_tokens() ? std::size_t{dim} * 4 : n * layout.slot_meta_bytes;
+    codes.insert(codes.end(), tile.begin(),
+                 tile.begin() + static_cast<std::ptrdiff_t>(n * layout.slot_code_bytes));
+    const std::size_t meta_bytes =
+        spec.groups_tokens() ? std::size_t{dim} * 4 : n * layout.slot_meta_bytes;
     meta.insert(meta.end(), tile.begin() + static_cast<std::ptrdiff_t>(layout.code_bytes),
                 tile.begin() + static_cast<std::ptrdiff_t>(layout.code_bytes + meta_bytes));
   }
@@ -78,12 +90,19 @@ void run_quantize(const Globals& globals, const QuantizeFlags& f) {
   out["dequantized"] = Tensor::of_floats(input.shape, dequantized);
   const std::int64_t code_columns = layout.slot_code_bytes;
   switch (spec.kind) {
-    case FormatKind::fp32: out["codes"] = bytes_tensor("F32", input.shape, codes); break;
-    case FormatKind::fp16: out["codes"] = bytes_tensor("F16", input.shape, codes); break;
-    case FormatKind::bf16: out["codes"] = bytes_tensor("BF16", input.shape, codes); break;
+    case FormatKind::fp32:
+      out["codes"] = bytes_tensor("F32", input.shape, codes);
+      break;
+    case FormatKind::fp16:
+      out["codes"] = bytes_tensor("F16", input.shape, codes);
+      break;
+    case FormatKind::bf16:
+      out["codes"] = bytes_tensor("BF16", input.shape, codes);
+      break;
     case FormatKind::int8_per_token:
     case FormatKind::fp8_e4m3:
-      out["codes"] = bytes_tensor(spec.kind == FormatKind::int8_per_token ? "I8" : "U8", input.shape, codes);
+      out["codes"] =
+          bytes_tensor(spec.kind == FormatKind::int8_per_token ? "I8" : "U8", input.shape, codes);
       out["scales"] = bytes_tensor("F32", with_last(1), meta);
       break;
     case FormatKind::int4_group:
@@ -97,15 +116,17 @@ void run_quantize(const Globals& globals, const QuantizeFlags& f) {
         std::memcpy(zeros.data() + 2 * i, meta.data() + 4 * i + 2, 2);
       }
       const std::vector<std::int64_t> meta_shape =
-          spec.groups_tokens() ? std::vector<std::int64_t>{static_cast<std::int64_t>(rows / spec.group), dim}
-                               : with_last(dim / spec.group);
+          spec.groups_tokens()
+              ? std::vector<std::int64_t>{static_cast<std::int64_t>(rows / spec.group), dim}
+              : with_last(dim / spec.group);
       out["scales"] = bytes_tensor("F16", meta_shape, scales);
       out["zeros"] = bytes_tensor("F16", meta_shape, zeros);
       break;
     }
   }
   write_safetensors(f.out, out);
-  std::cerr << fmt::format("{}: {} rows of {} quantized as {} -> {}\n", f.in, rows, dim, f.scheme, f.out);
+  std::cerr << fmt::format("{}: {} rows of {} quantized as {} -> {}\n", f.in, rows, dim, f.scheme,
+                           f.out);
 }
 
 struct AttentionFlags {
@@ -115,11 +136,13 @@ struct AttentionFlags {
 };
 
 // [heads, len, dim] -> [len, heads, dim] (and back, with the roles swapped).
-std::vector<float> swap_leading(const std::vector<float>& x, std::int64_t a, std::int64_t b, std::int64_t dim) {
+std::vector<float> swap_leading(const std::vector<float>& x, std::int64_t a, std::int64_t b,
+                                std::int64_t dim) {
   std::vector<float> y(x.size());
   for (std::int64_t i = 0; i < a; ++i)
     for (std::int64_t j = 0; j < b; ++j)
-      std::memcpy(y.data() + (j * a + i) * dim, x.data() + (i * b + j) * dim, static_cast<std::size_t>(dim) * 4);
+      std::memcpy(y.data() + (j * a + i) * dim, x.data() + (i * b + j) * dim,
+                  static_cast<std::size_t>(dim) * 4);
   return y;
 }
 
@@ -127,24 +150,34 @@ void run_attention(const Globals& globals, const AttentionFlags& f) {
   const Tensor q = only_tensor(read_tensors(f.q), f.q), k = only_tensor(read_tensors(f.k), f.k),
                v = only_tensor(read_tensors(f.v), f.v);
   if (q.shape.size() != 3 || k.shape.size() != 3 || v.shape != k.shape)
-    throw Error(Code::invalid_argument, "expected Q [q_heads, q_len, head_dim] and K, V [kv_heads, kv_len, head_dim]; got Q " +
-                                            shape_text(q.shape) + ", K " + shape_text(k.shape) + ", V " + shape_text(v.shape));
+    throw Error(
+        Code::invalid_argument,
+        "expected Q [q_heads, q_len, head_dim] and K, V [kv_heads, kv_len, head_dim]; got Q " +
+            shape_text(q.shape) + ", K " + shape_text(k.shape) + ", V " + shape_text(v.shape));
   const std::int64_t q_heads = q.shape[0], q_len = q.shape[1], dim = q.shape[2];
   const std::int64_t kv_heads = k.shape[0], kv_len = k.shape[1];
-  if (k.shape[2] != dim) throw Error(Code::invalid_argument, "Q and K differ in head_dim: " + shape_text(q.shape) + " vs " + shape_text(k.shape));
+  if (k.shape[2] != dim)
+    throw Error(Code::invalid_argument, "Q and K differ in head_dim: " + shape_text(q.shape) +
+                                            " vs " + shape_text(k.shape));
   if (kv_heads == 0 || q_heads % kv_heads != 0)
-    throw Error(Code::invalid_argument, "q_heads (" + std::to_string(q_heads) + ") must be a multiple of kv_heads (" + std::to_string(kv_heads) + ")");
+    throw Error(Code::invalid_argument, "q_heads (" + std::to_string(q_heads) +
+                                            ") must be a multiple of kv_heads (" +
+                                            std::to_string(kv_heads) + ")");
   if (q_len > kv_len || q_len == 0)
-    throw Error(Code::invalid_argument, "the queries are the last q_len positions: q_len must be in 1..kv_len (" + std::to_string(kv_len) + ")");
+    throw Error(Code::invalid_argument,
+                "the queries are the last q_len positions: q_len must be in 1..kv_len (" +
+                    std::to_string(kv_len) + ")");
 
   Config config = selected_config(globals);
   if (f.backend) config.backends = {*f.backend};
-  config.model = {1, static_cast<std::uint32_t>(q_heads), static_cast<std::uint32_t>(kv_heads), static_cast<std::uint32_t>(dim)};
+  config.model = {1, static_cast<std::uint32_t>(q_heads), static_cast<std::uint32_t>(kv_heads),
+                  static_cast<std::uint32_t>(dim)};
   config.cache.page_size = f.page_size;
   config.k_quantizer = {f.k_format, nlohmann::json::object(), {}};
   config.v_quantizer = {f.v_format, nlohmann::json::object(), {}};
   const std::uint64_t pages = static_cast<std::uint64_t>(kv_len) / f.page_size + 2;
-  config.cache.capacity_bytes = pages * (static_cast<std::uint64_t>(kv_heads) * dim * 4 * 2 * f.page_size + 1024);
+  config.cache.capacity_bytes =
+      pages * (static_cast<std::uint64_t>(kv_heads) * dim * 4 * 2 * f.page_size + 1024);
   const MaskChoice mask = parse_mask_spec(f.mask);
   config.mask = {mask.name, mask.options, {}};
   config.eviction = {"none", nlohmann::json::object(), {}};
@@ -154,7 +187,8 @@ void run_attention(const Globals& globals, const AttentionFlags& f) {
   const SeqId id = cache->add_sequence();
   const std::vector<SeqId> ids{id};
   cache->reserve(ids, std::vector<std::uint32_t>{static_cast<std::uint32_t>(kv_len)});
-  std::vector<float> kt = swap_leading(k.to_float("K"), kv_heads, kv_len, dim), vt = swap_leading(v.to_float("V"), kv_heads, kv_len, dim);
+  std::vector<float> kt = swap_leading(k.to_float("K"), kv_heads, kv_len, dim),
+                     vt = swap_leading(v.to_float("V"), kv_heads, kv_len, dim);
   std::int64_t kv_shape[3] = {kv_len, kv_heads, dim};
   cache->append(0, ids, std::vector<std::uint32_t>{static_cast<std::uint32_t>(kv_len)},
                 DLTensor{kt.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, kv_shape, nullptr, 0},
@@ -164,16 +198,20 @@ void run_attention(const Globals& globals, const AttentionFlags& f) {
   DLTensor ot{out.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, q_shape, nullptr, 0};
   cache->prefill(0, ids, std::vector<std::uint32_t>{static_cast<std::uint32_t>(q_len)},
                  DLTensor{qt.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, q_shape, nullptr, 0}, ot);
-  write_safetensors(f.out, {{"out", Tensor::of_floats({q_heads, q_len, dim}, swap_leading(out, q_len, q_heads, dim))}});
-  std::cerr << fmt::format("attention of {} queries over {} keys ({}, K {}, V {}, backend {}) -> {}\n", q_len, kv_len,
-                           f.mask, f.k_format, f.v_format, cache->backend(), f.out);
+  write_safetensors(
+      f.out,
+      {{"out", Tensor::of_floats({q_heads, q_len, dim}, swap_leading(out, q_len, q_heads, dim))}});
+  std::cerr << fmt::format(
+      "attention of {} queries over {} keys ({}, K {}, V {}, backend {}) -> {}\n", q_len, kv_len,
+      f.mask, f.k_format, f.v_format, cache->backend(), f.out);
 }
 
 }  // namespace
 
 void add_tensor_commands(CLI::App& app, const Globals& globals) {
   auto qf = std::make_shared<QuantizeFlags>();
-  CLI::App* quantize = app.add_subcommand("quantize", "Quantize [..., head_dim] floats; write codes, scales, zeros, dequantized");
+  CLI::App* quantize = app.add_subcommand(
+      "quantize", "Quantize [..., head_dim] floats; write codes, scales, zeros, dequantized");
   quantize->add_option("--scheme", qf->scheme, "storage format, e.g. int8-per-token")->required();
   quantize->add_option("--in", qf->in, "input .npy or .safetensors (one tensor)")->required();
   quantize->add_option("--out", qf->out, "output .safetensors")->required();
@@ -182,15 +220,24 @@ void add_tensor_commands(CLI::App& app, const Globals& globals) {
   quantize->callback([&globals, qf] { run_quantize(globals, *qf); });
 
   auto af = std::make_shared<AttentionFlags>();
-  CLI::App* attention = app.add_subcommand("attention", "Attention of Q over K, V through a backend; write tensor 'out'");
-  attention->add_option("--q", af->q, "Q [q_heads, q_len, head_dim] (.npy/.safetensors)")->required();
+  CLI::App* attention = app.add_subcommand(
+      "attention", "Attention of Q over K, V through a backend; write tensor 'out'");
+  attention->add_option("--q", af->q, "Q [q_heads, q_len, head_dim] (.npy/.safetensors)")
+      ->required();
   attention->add_option("--k", af->k, "K [kv_heads, kv_len, head_dim]")->required();
   attention->add_option("--v", af->v, "V [kv_heads, kv_len, head_dim]")->required();
-  attention->add_option("--out", af->out, "output .safetensors with tensor 'out' [q_heads, q_len, head_dim]")->required();
-  attention->add_option("--mask", af->mask, "causal, sliding-window:W, sink-window:S:W, chunked:C")->capture_default_str();
-  attention->add_option("--k-format", af->k_format, "store K in this format first")->capture_default_str();
-  attention->add_option("--v-format", af->v_format, "store V in this format first")->capture_default_str();
-  attention->add_option("--backend", af->backend, "backend (default: the config's preference list)");
+  attention
+      ->add_option("--out", af->out,
+                   "output .safetensors with tensor 'out' [q_heads, q_len, head_dim]")
+      ->required();
+  attention->add_option("--mask", af->mask, "causal, sliding-window:W, sink-window:S:W, chunked:C")
+      ->capture_default_str();
+  attention->add_option("--k-format", af->k_format, "store K in this format first")
+      ->capture_default_str();
+  attention->add_option("--v-format", af->v_format, "store V in this format first")
+      ->capture_default_str();
+  attention->add_option("--backend", af->backend,
+                        "backend (default: the config's preference list)");
   attention->add_option("--page-size", af->page_size, "tokens per page")->capture_default_str();
   attention->callback([&globals, af] { run_attention(globals, *af); });
 }

@@ -21,7 +21,9 @@ std::size_t dtype_size(const std::string& dtype) {
 
 std::vector<std::byte> read_all(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
-  if (!in) throw Error(Code::not_found, "cannot read '" + file.string() + "': no such file or not readable");
+  if (!in)
+    throw Error(Code::not_found,
+                "cannot read '" + file.string() + "': no such file or not readable");
   in.seekg(0, std::ios::end);
   std::vector<std::byte> bytes(static_cast<std::size_t>(in.tellg()));
   in.seekg(0);
@@ -35,7 +37,8 @@ std::vector<std::byte> read_all(const std::filesystem::path& file) {
 
 Tensor read_npy(const std::filesystem::path& file) {
   const std::vector<std::byte> bytes = read_all(file);
-  if (bytes.size() < 10 || std::memcmp(bytes.data(), "\x93NUMPY", 6) != 0) bad(file, "not a .npy file");
+  if (bytes.size() < 10 || std::memcmp(bytes.data(), "\x93NUMPY", 6) != 0)
+    bad(file, "not a .npy file");
   const auto major = static_cast<int>(bytes[6]);
   std::size_t header_length = 0, offset = 0;
   if (major == 1) {
@@ -51,14 +54,19 @@ Tensor read_npy(const std::filesystem::path& file) {
   if (offset + header_length > bytes.size()) bad(file, "truncated header");
   const std::string header(reinterpret_cast<const char*>(bytes.data() + offset), header_length);
   std::smatch m;
-  if (!std::regex_search(header, m, std::regex("'descr':\\s*'([^']*)'"))) bad(file, "no dtype in header");
+  if (!std::regex_search(header, m, std::regex("'descr':\\s*'([^']*)'")))
+    bad(file, "no dtype in header");
   const std::string descr = m[1];
   static const std::map<std::string, std::string> dtypes = {
       {"<f4", "F32"}, {"<f2", "F16"}, {"|i1", "I8"}, {"|u1", "U8"}, {"<u2", "U16"}, {"<i4", "I32"}};
   const auto dtype = dtypes.find(descr);
-  if (dtype == dtypes.end()) bad(file, "dtype '" + descr + "' is not supported (expected float32 or float16, little-endian)");
-  if (std::regex_search(header, std::regex("'fortran_order':\\s*True"))) bad(file, "Fortran order is not supported (use C order)");
-  if (!std::regex_search(header, m, std::regex("'shape':\\s*\\(([^)]*)\\)"))) bad(file, "no shape in header");
+  if (dtype == dtypes.end())
+    bad(file,
+        "dtype '" + descr + "' is not supported (expected float32 or float16, little-endian)");
+  if (std::regex_search(header, std::regex("'fortran_order':\\s*True")))
+    bad(file, "Fortran order is not supported (use C order)");
+  if (!std::regex_search(header, m, std::regex("'shape':\\s*\\(([^)]*)\\)")))
+    bad(file, "no shape in header");
   Tensor t;
   t.dtype = dtype->second;
   const std::string dims = m[1];
@@ -68,8 +76,8 @@ Tensor read_npy(const std::filesystem::path& file) {
   const std::size_t data_bytes = t.elements() * dtype_size(t.dtype);
   const std::size_t start = offset + header_length;
   if (bytes.size() - start < data_bytes)
-    bad(file, "holds " + std::to_string(bytes.size() - start) + " data bytes, shape " + shape_text(t.shape) +
-                  " needs " + std::to_string(data_bytes));
+    bad(file, "holds " + std::to_string(bytes.size() - start) + " data bytes, shape " +
+                  shape_text(t.shape) + " needs " + std::to_string(data_bytes));
   t.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(start),
                 bytes.begin() + static_cast<std::ptrdiff_t>(start + data_bytes));
   return t;
@@ -80,7 +88,8 @@ std::map<std::string, Tensor> read_safetensors(const std::filesystem::path& file
   if (bytes.size() < 8) bad(file, "not a .safetensors file (too short)");
   std::uint64_t header_length = 0;
   std::memcpy(&header_length, bytes.data(), 8);
-  if (header_length > bytes.size() - 8) bad(file, "not a .safetensors file (header length " + std::to_string(header_length) + ")");
+  if (header_length > bytes.size() - 8)
+    bad(file, "not a .safetensors file (header length " + std::to_string(header_length) + ")");
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(reinterpret_cast<const char*>(bytes.data() + 8),
@@ -97,10 +106,12 @@ std::map<std::string, Tensor> read_safetensors(const std::filesystem::path& file
       t.dtype = entry.at("dtype").get<std::string>();
       t.shape = entry.at("shape").get<std::vector<std::int64_t>>();
       const auto offsets = entry.at("data_offsets").get<std::vector<std::uint64_t>>();
-      if (dtype_size(t.dtype) == 0) bad(file, "tensor '" + name + "' has unsupported dtype " + t.dtype);
+      if (dtype_size(t.dtype) == 0)
+        bad(file, "tensor '" + name + "' has unsupported dtype " + t.dtype);
       if (offsets.size() != 2 || offsets[0] > offsets[1] || base + offsets[1] > bytes.size() ||
           offsets[1] - offsets[0] != t.elements() * dtype_size(t.dtype))
-        bad(file, "tensor '" + name + "' has data offsets that do not match its shape " + shape_text(t.shape));
+        bad(file, "tensor '" + name + "' has data offsets that do not match its shape " +
+                      shape_text(t.shape));
       t.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(base + offsets[0]),
                     bytes.begin() + static_cast<std::ptrdiff_t>(base + offsets[1]));
     } catch (const nlohmann::json::exception& e) {
@@ -130,7 +141,8 @@ std::vector<float> Tensor::to_float(const std::string& what) const {
       out[i] = dtype == "F16" ? float_from_fp16(h) : float_from_bf16(h);
     }
   } else {
-    throw Error(Code::invalid_argument, what + " must be float32, float16 or bfloat16, not " + dtype);
+    throw Error(Code::invalid_argument,
+                what + " must be float32, float16 or bfloat16, not " + dtype);
   }
   return out;
 }
@@ -145,14 +157,17 @@ std::map<std::string, Tensor> read_tensors(const std::filesystem::path& file) {
   const std::string ext = file.extension().string();
   if (ext == ".npy") return {{file.stem().string(), read_npy(file)}};
   if (ext == ".safetensors") return read_safetensors(file);
-  throw Error(Code::invalid_argument, "'" + file.string() + "': expected a .npy or .safetensors file");
+  throw Error(Code::invalid_argument,
+              "'" + file.string() + "': expected a .npy or .safetensors file");
 }
 
-void write_safetensors(const std::filesystem::path& file, const std::map<std::string, Tensor>& tensors) {
+void write_safetensors(const std::filesystem::path& file,
+                       const std::map<std::string, Tensor>& tensors) {
   nlohmann::json header = nlohmann::json::object();
   std::uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
+    header[name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
     offset += t.data.size();
   }
   std::string text = header.dump();
@@ -162,7 +177,9 @@ void write_safetensors(const std::filesystem::path& file, const std::map<std::st
   const std::uint64_t length = text.size();
   out.write(reinterpret_cast<const char*>(&length), 8);
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  for (const auto& [name, t] : tensors) out.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size()));
+  for (const auto& [name, t] : tensors)
+    out.write(reinterpret_cast<const char*>(t.data.data()),
+              static_cast<std::streamsize>(t.data.size()));
   if (!out) throw Error(Code::invalid_argument, "cannot write '" + file.string() + "'");
 }
 

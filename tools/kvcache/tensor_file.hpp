@@ -25,7 +25,8 @@ struct Tensor {
 // "name" -> tensor. A .npy file gives one tensor, named after the file's stem.
 // Errors name the file and what was expected; a missing file is Error(not_found).
 std::map<std::string, Tensor> read_tensors(const std::filesystem::path& file);
-void write_safetensors(const std::filesystem::path& file, const std::map<std::string, Tensor>& tensors);
+void write_safetensors(const std::filesystem::path& file,
+                       const std::map<std::string, Tensor>& tensors);
 
 std::string shape_text(const std::vector<std::int64_t>& shape);
 

@@ -44,7 +44,8 @@ class KVCACHE_API CacheFull : public Error {
 class KVCACHE_API Cache {
  public:
   // Throws Error(unavailable) listing why each preferred backend cannot be used.
-  static std::unique_ptr<Cache> open(const Config& config, std::shared_ptr<const Registry> registry);
+  static std::unique_ptr<Cache> open(const Config& config,
+                                     std::shared_ptr<const Registry> registry);
   ~Cache();
   Cache(const Cache&) = delete;
   Cache& operator=(const Cache&) = delete;
@@ -73,7 +74,8 @@ class KVCACHE_API Cache {
   void append(std::uint32_t layer, std::span<const SeqId> sequences,
               std::span<const std::uint32_t> counts, const DLTensor& k, const DLTensor& v);
   // One query per sequence at its newest token, under the configured mask.
-  void decode(std::uint32_t layer, std::span<const SeqId> sequences, const DLTensor& q, DLTensor& out);
+  void decode(std::uint32_t layer, std::span<const SeqId> sequences, const DLTensor& q,
+              DLTensor& out);
   // counts[i] queries per sequence: its newest counts[i] tokens.
   void prefill(std::uint32_t layer, std::span<const SeqId> sequences,
                std::span<const std::uint32_t> counts, const DLTensor& q, DLTensor& out);

@@ -68,18 +68,20 @@ struct Cache::Impl {
     const StoreStats st = store->stats();
     for (const auto& [id, s] : sequences) {
       const std::uint64_t tokens = store->length(id);
-      states.push_back({id, tokens, (tokens + page_size - 1) / page_size, s.priority, s.created_step,
-                        s.last_used_step, s.next_position});
+      states.push_back({id, tokens, (tokens + page_size - 1) / page_size, s.priority,
+                        s.created_step, s.last_used_step, s.next_position});
     }
     const StoreTokens tokens(*store);
-    const CacheState state{page_size, step, st.total_pages, st.free_pages, st.cached_pages, states, &tokens};
+    const CacheState state{page_size,       step,   st.total_pages, st.free_pages,
+                           st.cached_pages, states, &tokens};
     return apply(decide(state));
   }
 
   // Carries out a plan and reports exactly what it removed.
   EvictionReport apply(const EvictionPlan& plan) {
     EvictionReport report;
-    if (plan.free_cached_pages > 0) report.cached_pages_freed = store->evict_cached(plan.free_cached_pages);
+    if (plan.free_cached_pages > 0)
+      report.cached_pages_freed = store->evict_cached(plan.free_cached_pages);
     for (SeqId id : plan.preempt) {
       if (!sequences.contains(id)) continue;
       store->release(id);
@@ -94,7 +96,8 @@ struct Cache::Impl {
       store->drop(id, ranges);
       const std::vector<Position> after = store->positions(id);
       std::vector<Position> gone;
-      std::set_difference(before.begin(), before.end(), after.begin(), after.end(), std::back_inserter(gone));
+      std::set_difference(before.begin(), before.end(), after.begin(), after.end(),
+                          std::back_inserter(gone));
       for (const PositionRange& r : ranges_of(gone)) report.dropped.push_back({id, r});
     }
     return report;
@@ -105,7 +108,8 @@ struct Cache::Impl {
     std::uint64_t needed = 0;
     for (std::size_t i = 0; i < ids.size(); ++i) {
       const std::uint64_t length = store->length(ids[i]);
-      needed += (length + tokens[i] + page_size - 1) / page_size - (length + page_size - 1) / page_size + 1;
+      needed += (length + tokens[i] + page_size - 1) / page_size -
+                (length + page_size - 1) / page_size + 1;
     }
     const StoreStats st = store->stats();
     const std::uint64_t available = st.free_pages + st.cached_pages;
@@ -121,8 +125,8 @@ struct Cache::Impl {
     mask->visible(queries, ranges, counts);
   }
 
-  void attend(std::uint32_t layer, std::span<const SeqId> ids, std::span<const std::uint32_t> counts,
-              const DLTensor& q, DLTensor& out) {
+  void attend(std::uint32_t layer, std::span<const SeqId> ids,
+              std::span<const std::uint32_t> counts, const DLTensor& q, DLTensor& out) {
     std::vector<Position> queries;
     for (std::size_t i = 0; i < ids.size(); ++i) {
       SequenceInfo& s = info(ids[i]);
@@ -162,7 +166,8 @@ std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const R
            (info == nullptr ? std::string("not installed") : info->unavailable_reason);
   }
   if (impl->backend_name.empty())
-    throw Error(Code::unavailable, "no backend of the preference list is available here (" + why + ")");
+    throw Error(Code::unavailable,
+                "no backend of the preference list is available here (" + why + ")");
   if (!why.empty()) spdlog::info("backend {} chosen; before it: {}", impl->backend_name, why);
 
   StoreSpec spec;
@@ -185,10 +190,18 @@ std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const R
   return std::unique_ptr<Cache>(new Cache(std::move(impl)));
 }
 
-const std::string& Cache::backend() const { return impl_->backend_name; }
-const ModelShape& Cache::model() const { return impl_->model; }
-CacheStore& Cache::store() { return *impl_->store; }
-StoreStats Cache::stats() const { return impl_->store->stats(); }
+const std::string& Cache::backend() const {
+  return impl_->backend_name;
+}
+const ModelShape& Cache::model() const {
+  return impl_->model;
+}
+CacheStore& Cache::store() {
+  return *impl_->store;
+}
+StoreStats Cache::stats() const {
+  return impl_->store->stats();
+}
 
 std::vector<SeqId> Cache::sequences() const {
   std::vector<SeqId> ids;
@@ -198,7 +211,8 @@ std::vector<SeqId> Cache::sequences() const {
 
 SeqId Cache::add_sequence(std::int32_t priority) {
   if (priority < 0 || priority > 100)
-    throw Error(Code::invalid_argument, "priority must be within 0..100, got " + std::to_string(priority));
+    throw Error(Code::invalid_argument,
+                "priority must be within 0..100, got " + std::to_string(priority));
   const SeqId id = impl_->store->create_sequence();
   impl_->sequences[id] = {priority, impl_->step, impl_->step, 0};
   return id;
@@ -231,7 +245,8 @@ void Cache::publish_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
 }
 
 EvictionReport Cache::reserve(std::span<const SeqId> ids, std::span<const std::uint32_t> tokens) {
-  if (ids.size() != tokens.size()) throw Error(Code::invalid_argument, "reserve: sequences and token counts differ");
+  if (ids.size() != tokens.size())
+    throw Error(Code::invalid_argument, "reserve: sequences and token counts differ");
   for (SeqId id : ids) impl_->info(id);
   std::vector<SeqId> batch(ids.begin(), ids.end());
   std::vector<std::uint32_t> counts(tokens.begin(), tokens.end());
@@ -244,9 +259,10 @@ EvictionReport Cache::reserve(std::span<const SeqId> ids, std::span<const std::u
       if (e.code() != Code::out_of_memory) throw;
       if (!impl_->policy) throw CacheFull(e.what(), report);
       const std::uint64_t needed = impl_->shortfall(batch, counts);
-      const EvictionReport step_report =
-          impl_->consult([&](const CacheState& s) { return impl_->policy->on_pressure(s, needed); });
-      if (step_report.empty()) throw CacheFull(std::string(e.what()) + "; the eviction policy freed nothing more", report);
+      const EvictionReport step_report = impl_->consult(
+          [&](const CacheState& s) { return impl_->policy->on_pressure(s, needed); });
+      if (step_report.empty())
+        throw CacheFull(std::string(e.what()) + "; the eviction policy freed nothing more", report);
       report.merge(step_report);
       // Preempted members of this batch are no longer reserved for.
       for (std::size_t i = batch.size(); i-- > 0;) {
@@ -261,18 +277,20 @@ EvictionReport Cache::reserve(std::span<const SeqId> ids, std::span<const std::u
   return report;
 }
 
-void Cache::append(std::uint32_t layer, std::span<const SeqId> ids, std::span<const std::uint32_t> counts,
-                   const DLTensor& k, const DLTensor& v) {
+void Cache::append(std::uint32_t layer, std::span<const SeqId> ids,
+                   std::span<const std::uint32_t> counts, const DLTensor& k, const DLTensor& v) {
   impl_->store->append(layer, ids, counts, k, v);
 }
 
-void Cache::decode(std::uint32_t layer, std::span<const SeqId> ids, const DLTensor& q, DLTensor& out) {
+void Cache::decode(std::uint32_t layer, std::span<const SeqId> ids, const DLTensor& q,
+                   DLTensor& out) {
   impl_->attend(layer, ids, {}, q, out);
 }
 
-void Cache::prefill(std::uint32_t layer, std::span<const SeqId> ids, std::span<const std::uint32_t> counts,
-                    const DLTensor& q, DLTensor& out) {
-  if (counts.size() != ids.size()) throw Error(Code::invalid_argument, "prefill: one query count per sequence");
+void Cache::prefill(std::uint32_t layer, std::span<const SeqId> ids,
+                    std::span<const std::uint32_t> counts, const DLTensor& q, DLTensor& out) {
+  if (counts.size() != ids.size())
+    throw Error(Code::invalid_argument, "prefill: one query count per sequence");
   impl_->attend(layer, ids, counts, q, out);
 }
 
