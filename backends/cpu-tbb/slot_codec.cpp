@@ -198,27 +198,29 @@ KVCACHE_AVX512 void decode_bf16_avx512(const std::byte* codes, const std::byte*,
   }
 }
 
-KVCACHE_AVX512 void decode_int8_avx512(const std::byte* codes, const std::byte* meta,
-                                       std::uint32_t d, float* out) {
+// Codes with one float32 scale per token-head: 16 codes widened by Widen, times the scale.
+template <class Widen>
+KVCACHE_AVX512 void decode_scaled(const std::byte* codes, const std::byte* meta, std::uint32_t d,
+                                  float* out) {
   float scale;
   std::memcpy(&scale, meta, sizeof(scale));
   const __m512 s = _mm512_set1_ps(scale);
   for (std::uint32_t i = 0; i < d; i += 16) {
-    const __m512i c =
-        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)));
-    _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_cvtepi32_ps(c), s));
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i));
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(Widen{}(bytes), s));
   }
 }
 
-// 16 fp8 E4M3 codes to floats, times the token-head scale.
-KVCACHE_AVX512 void decode_fp8_avx512(const std::byte* codes, const std::byte* meta,
-                                      std::uint32_t d, float* out) {
-  float scale;
-  std::memcpy(&scale, meta, sizeof(scale));
-  const __m512 s = _mm512_set1_ps(scale);
-  for (std::uint32_t i = 0; i < d; i += 16) {
-    const __m512i c =
-        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)));
+struct WidenInt8 {
+  KVCACHE_AVX512 __m512 operator()(__m128i bytes) const {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes));
+  }
+};
+
+// fp8 E4M3 codes to floats.
+struct WidenFp8 {
+  KVCACHE_AVX512 __m512 operator()(__m128i bytes) const {
+    const __m512i c = _mm512_cvtepu8_epi32(bytes);
     const __m512i exponent = _mm512_and_si512(_mm512_srli_epi32(c, 3), _mm512_set1_epi32(0xF));
     const __m512i mantissa = _mm512_and_si512(c, _mm512_set1_epi32(7));
     // Normal: rebias 7 -> 127 and widen the mantissa; subnormal (exponent 0): mantissa * 2^-9.
@@ -230,9 +232,9 @@ KVCACHE_AVX512 void decode_fp8_avx512(const std::byte* codes, const std::byte* m
     __m512 value = _mm512_mask_mov_ps(_mm512_castsi512_ps(normal), is_sub, subnormal);
     const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24);
     value = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(value), sign));
-    _mm512_storeu_ps(out + i, _mm512_mul_ps(value, s));
+    return value;
   }
-}
+};
 
 // int4-group with groups of 32: 8 bytes hold 16 codes (even element in the low nibble);
 // code * scale + minimum, with the row's fp16 scales and minima widened together first.
@@ -275,8 +277,8 @@ SlotCodec::SlotCodec(const FormatSpec& spec, std::uint32_t head_dim, std::uint32
     if (spec.kind == FormatKind::int4_group) fast_int4_ = true;
     if (spec.kind == FormatKind::fp16) fast_decode_ = &decode_fp16_avx512;
     if (spec.kind == FormatKind::bf16) fast_decode_ = &decode_bf16_avx512;
-    if (spec.kind == FormatKind::int8_per_token) fast_decode_ = &decode_int8_avx512;
-    if (spec.kind == FormatKind::fp8_e4m3) fast_decode_ = &decode_fp8_avx512;
+    if (spec.kind == FormatKind::int8_per_token) fast_decode_ = &decode_scaled<WidenInt8>;
+    if (spec.kind == FormatKind::fp8_e4m3) fast_decode_ = &decode_scaled<WidenFp8>;
     // The scales are widened in blocks of 8 halves: 4 groups of 32 at a time.
     if (spec.kind == FormatKind::int4_group && spec.group == 32 && head_dim <= 256 &&
         head_dim % 128 == 0)
