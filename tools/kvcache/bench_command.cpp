@@ -1,5 +1,6 @@
 // `kvcache bench attention`: one layer of decode attention, as GB/s of K/V read and as a
 // fraction of the machine's read bandwidth measured in the same run.
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -79,7 +80,7 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
         100 * r["fragmentation"].get<double>(), 100 * r["baseline_utilization"].get<double>(),
         100 * r["prefix_hit_rate"].get<double>(), r["evictions"].get<int>(),
         r["evicted_tokens"].get<std::uint64_t>(), r["peak_kv_bytes"].get<double>() / (1 << 20),
-        r["quant_error"].get<double>());
+        r["quant_error"].is_null() ? std::nan("") : r["quant_error"].get<double>());
     for (const auto& rejection : r["rejections"])
       std::cout << fmt::format("rejected request {}: {}\n", rejection["request"].get<int>(),
                                rejection["reason"].get<std::string>());

@@ -33,17 +33,19 @@ std::vector<KvPair> read_pairs(const std::string& file) {
   const auto tensors = read_tensors(file);
   std::vector<KvPair> pairs;
   const auto add = [&](const std::string& name, const Tensor& k, const Tensor& v) {
-    if (k.shape.size() != 3 || v.shape != k.shape)
+    if (k.shape.size() != 3 || v.shape != k.shape || k.shape[0] <= 0 || k.shape[1] <= 0 ||
+        k.shape[2] <= 0)
       throw Error(Code::invalid_argument,
                   "'" + file + "': " + name +
-                      " K and V must both be [tokens, kv_heads, head_dim]; got " +
+                      " K and V must both be [tokens, kv_heads, head_dim], none empty; got " +
                       shape_text(k.shape) + " and " + shape_text(v.shape));
     pairs.push_back({name, k.to_float(name + " K"), v.to_float(name + " V"), k.shape[0], k.shape[1],
                      k.shape[2]});
   };
   if (file.ends_with(".npy")) {
     const Tensor& t = tensors.begin()->second;
-    if (t.shape.size() != 4 || t.shape[0] != 2)
+    if (t.shape.size() != 4 || t.shape[0] != 2 || t.shape[1] <= 0 || t.shape[2] <= 0 ||
+        t.shape[3] <= 0)
       throw Error(Code::invalid_argument,
                   "'" + file + "': a .npy K/V dump must be [2, tokens, kv_heads, head_dim], got " +
                       shape_text(t.shape));
@@ -108,12 +110,18 @@ void run_evaluate(const Globals& globals, const EvaluateFlags& f) {
   std::optional<Tensor> q_tensor;
   if (!f.q.empty()) {
     const auto t = read_tensors(f.q);
+    if (t.size() != 1)
+      throw Error(Code::invalid_argument, "'" + f.q + "' holds " + std::to_string(t.size()) +
+                                              " tensors; one Q was expected");
     q_tensor = t.begin()->second;
-    if (q_tensor->shape.size() != 3 || q_tensor->shape[2] != pairs[0].head_dim)
-      throw Error(Code::invalid_argument, "'" + f.q + "': expected Q [q_heads, q_len, " +
-                                              std::to_string(pairs[0].head_dim) + "], got " +
-                                              shape_text(q_tensor->shape));
+    for (const KvPair& p : pairs)
+      if (q_tensor->shape.size() != 3 || q_tensor->shape[0] <= 0 || q_tensor->shape[1] <= 0 ||
+          q_tensor->shape[2] != p.head_dim)
+        throw Error(Code::invalid_argument, "'" + f.q + "': expected Q [q_heads, q_len, " +
+                                                std::to_string(p.head_dim) + "] for " + p.name +
+                                                ", got " + shape_text(q_tensor->shape));
   }
+
   std::vector<std::string> formats;
   if (f.formats.empty()) {
     for (const std::string& name : format_names())

@@ -68,6 +68,8 @@ void run_plan(const PlanFlags& f) {
                     "or give --layers --q-heads --kv-heads --head-dim");
   }
   ModelShape m = preset->second;
+  const bool overridden = f.layers || f.q_heads || f.kv_heads || f.head_dim;
+  const std::string model_name = overridden ? f.preset + " (overridden)" : f.preset;
   m.layers = f.layers.value_or(m.layers);
   m.q_heads = f.q_heads.value_or(m.q_heads);
   m.kv_heads = f.kv_heads.value_or(m.kv_heads);
@@ -93,9 +95,15 @@ void run_plan(const PlanFlags& f) {
     }
     for (const auto& [label, kv_heads] : layouts) {
       const std::uint64_t page_bytes = std::uint64_t{m.layers} * kv_heads * 2 * layout.tile_bytes;
-      const std::uint64_t per_sequence = pages_per_sequence * page_bytes;
-      rows.push_back({name, label, kv_heads, page_bytes / f.page_size, per_sequence * f.batch,
-                      pages_per_sequence * f.batch, pages_per_sequence * f.page_size - tokens,
+      std::uint64_t per_sequence = 0, total = 0, pages = 0;
+      if (__builtin_mul_overflow(pages_per_sequence, page_bytes, &per_sequence) ||
+          __builtin_mul_overflow(per_sequence, f.batch, &total) ||
+          __builtin_mul_overflow(pages_per_sequence, f.batch, &pages))
+        throw Error(Code::invalid_argument, "the cache for " + std::to_string(f.batch) + " x " +
+                                                std::to_string(tokens) +
+                                                " tokens exceeds 2^64 bytes");
+      rows.push_back({name, label, kv_heads, page_bytes / f.page_size, total, pages,
+                      pages_per_sequence * f.page_size - tokens,
                       (memory - weights) / per_sequence});
     }
   }
@@ -127,7 +135,7 @@ void run_plan(const PlanFlags& f) {
   std::cout << fmt::format(
       "{}: {} layers, {} query heads, {} KV heads, head_dim {}; batch {} x {} tokens{}; page {}\n"
       "memory {} - weights {} = {} for the KV cache\n\n",
-      f.preset, m.layers, m.q_heads, m.kv_heads, m.head_dim, f.batch, f.context,
+      model_name, m.layers, m.q_heads, m.kv_heads, m.head_dim, f.batch, f.context,
       f.window ? fmt::format(" (window keeps {})", tokens) : "", f.page_size, human(double(memory)),
       human(double(weights)), human(double(memory - weights)));
   std::cout << fmt::format("{:<16} {:<4} {:>4} {:>12} {:>12} {:>10} {:>10} {:>10}\n", "format",
@@ -162,7 +170,7 @@ void add_plan_command(CLI::App& app) {
   plan->add_option("--context", f->context, "tokens per sequence")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  plan->add_option("--page-size", f->page_size, "tokens per page")
+  plan->add_option("--page-size", f->page_size, "tokens per page (at most 1024)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   plan->add_option("--window", f->window, "keep only this many tokens (sliding window)")

@@ -8,6 +8,7 @@
 #include <deque>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <random>
 
 #include <fmt/format.h>
@@ -46,9 +47,10 @@ std::vector<std::int32_t> prompt_ids(const Request& r, std::size_t index) {
 // The simulation's mutable state and its metrics.
 class Simulation {
  public:
-  Simulation(Cache& cache, const SimulationOptions& o, std::vector<Request> requests,
-             double layer_scale)
+  Simulation(Cache& cache, const AttentionMask& mask, const SimulationOptions& o,
+             std::vector<Request> requests, double layer_scale)
       : cache_(cache),
+        mask_(mask),
         o_(o),
         requests_(std::move(requests)),
         layer_scale_(layer_scale),
@@ -102,31 +104,53 @@ class Simulation {
       prefix_hits_ += matched;
       prompt_tokens_ += r.prompt_ids.size();
       r.pending = static_cast<std::uint32_t>(r.prompt_ids.size() - matched);
+      // Admission waits for free memory rather than evicting running requests (as vLLM's
+      // scheduler does): otherwise two requests could take turns preempting each other forever.
+      const StoreStats st = cache_.stats();
+      const std::uint64_t page = cache_.store().info().page_size;
+      // It also leaves a page per running sequence, so that the next decode step fits.
+      if (!running_.empty() &&
+          st.free_pages + st.cached_pages < (r.pending + page - 1) / page + 1 + running_.size()) {
+        cache_.release(r.sequence);
+        return;
+      }
+      queue_.pop_front();  // preempted requests go back to the front while reserving
+      std::string failure;
       try {
-        note(cache_.reserve(std::vector<SeqId>{r.sequence}, std::vector<std::uint32_t>{r.pending}));
+        const EvictionReport report =
+            cache_.reserve(std::vector<SeqId>{r.sequence}, std::vector<std::uint32_t>{r.pending});
+        note(report);
+        // A policy may choose the newcomer itself: then it did not fit.
+        if (std::find(report.preempted.begin(), report.preempted.end(), r.sequence) !=
+            report.preempted.end())
+          failure = "the eviction policy preempted the request being admitted";
       } catch (const CacheFull& full) {
         note(full.report());
         cache_.release(r.sequence);
-        if (running_.empty()) {  // it cannot fit even alone: rejected, never retried
-          queue_.pop_front();
-          ++rejected_;
-          rejections_.push_back({{"request", index}, {"reason", full.what()}});
-          continue;
-        }
-        return;  // wait for memory
+        failure = full.what();
       }
-      queue_.pop_front();
-      running_.push_back(std::move(r));
+      if (failure.empty()) {
+        running_.push_back(std::move(r));
+        continue;
+      }
+      if (running_.empty()) {  // it cannot fit even alone: rejected, never retried
+        ++rejected_;
+        rejections_.push_back({{"request", index}, {"reason", failure}});
+        continue;
+      }
+      queue_.push_front(index);  // wait for memory
+      return;
     }
   }
 
   void compute() {
-    std::vector<Running*> prefill, decode;
-    for (Running& r : running_) (r.pending > 0 ? prefill : decode).push_back(&r);
-    // Decode steps need one more slot each.
-    std::vector<SeqId> ids;
-    for (Running* r : decode) ids.push_back(r->sequence);
-    while (!ids.empty()) {
+    // Decode steps need one more slot each. Reserving may preempt running requests (they leave
+    // running_), so the batches are formed only once it succeeded.
+    for (;;) {
+      std::vector<SeqId> ids;
+      for (const Running& r : running_)
+        if (r.pending == 0) ids.push_back(r.sequence);
+      if (ids.empty()) break;
       try {
         note(cache_.reserve(ids, std::vector<std::uint32_t>(ids.size(), 1)));
         break;
@@ -138,16 +162,10 @@ class Simulation {
         } else {
           preempt(running_.back().sequence);
         }
-        decode.clear();
-        ids.clear();
-        for (Running& r : running_)
-          if (r.pending == 0) decode.push_back(&r), ids.push_back(r.sequence);
-        std::erase_if(prefill, [&](Running* p) { return !alive(p); });
       }
     }
-    std::erase_if(decode, [&](Running* p) { return !alive(p); });
-    ids.clear();
-    for (Running* r : decode) ids.push_back(r->sequence);
+    std::vector<Running*> prefill, decode;
+    for (Running& r : running_) (r.pending > 0 ? prefill : decode).push_back(&r);
     run_layers(prefill, true);
     run_layers(decode, false);
     for (Running* r : prefill) {
@@ -157,8 +175,25 @@ class Simulation {
     for (Running* r : decode) ++r->generated, ++generated_;
   }
 
-  bool alive(const Running* p) const {
-    return std::any_of(running_.begin(), running_.end(), [&](const Running& r) { return &r == p; });
+  // Keys the mask lets the newest `queries` tokens of a sequence see, per layer: what attention
+  // reads.
+  std::uint64_t visible_keys(SeqId sequence, std::uint32_t queries) const {
+    const std::vector<Position> held = cache_.store().positions(sequence);
+    const std::uint32_t max_ranges = mask_.describe().max_ranges;
+    std::vector<Position> q;
+    for (std::uint32_t j = 0; j < queries; ++j) q.push_back(held[held.size() - queries + j]);
+    std::vector<PositionRange> ranges(q.size() * max_ranges);
+    std::vector<std::uint32_t> counts(q.size());
+    mask_.visible(q, ranges, counts);
+    std::uint64_t total = 0;
+    for (std::size_t i = 0; i < q.size(); ++i)
+      for (std::uint32_t r = 0; r < counts[i]; ++r) {
+        const PositionRange& range = ranges[i * max_ranges + r];
+        total +=
+            static_cast<std::uint64_t>(std::lower_bound(held.begin(), held.end(), range.end) -
+                                       std::lower_bound(held.begin(), held.end(), range.begin));
+      }
+    return total;
   }
 
   void run_layers(const std::vector<Running*>& batch, bool prefill) {
@@ -171,7 +206,7 @@ class Simulation {
       ids.push_back(r->sequence);
       counts.push_back(prefill ? r->pending : 1);
       rows += counts.back();
-      visible += cache_.store().length(r->sequence) * counts.back();
+      visible += visible_keys(r->sequence, counts.back());
     }
     std::vector<float> k(rows * m.kv_heads * m.head_dim), q(rows * m.q_heads * m.head_dim),
         out(q.size());
@@ -204,8 +239,17 @@ class Simulation {
     evictions_ += report.dropped.size();
   }
 
+  // A preempted request is recomputed from scratch when memory allows; one preempted
+  // kMaxPreemptions times is rejected, so no request is retried forever.
   void requeue(std::deque<Running>::iterator it) {
-    queue_.push_front(it->index);  // recomputed from scratch when memory allows
+    if (++times_preempted_[it->index] > kMaxPreemptions) {
+      ++rejected_;
+      rejections_.push_back({{"request", it->index},
+                             {"reason", "preempted " + std::to_string(kMaxPreemptions) +
+                                            " times: the cache is too small for this load"}});
+    } else {
+      queue_.push_front(it->index);
+    }
     running_.erase(it);
   }
 
@@ -323,12 +367,15 @@ class Simulation {
   }
 
   Cache& cache_;
+  const AttentionMask& mask_;
   const SimulationOptions& o_;
   std::vector<Request> requests_;
   double layer_scale_;
   std::mt19937_64 rng_;
   std::normal_distribution<float> normal_;
+  static constexpr int kMaxPreemptions = 8;
   std::deque<std::size_t> queue_;
+  std::map<std::size_t, int> times_preempted_;
   std::deque<Running> running_;
   double now_ = 0.0, total_seconds_ = 0.0, attention_seconds_ = 0.0, attention_bytes_ = 0.0;
   double bytes_per_token_ = 0.0;
@@ -346,8 +393,19 @@ class Simulation {
 double quantization_error(const Config& config, std::shared_ptr<const Registry> registry) {
   Config small = config;
   small.model.layers = 1;
-  small.cache.capacity_bytes = 64ull << 20;
   small.eviction = {"none", nlohmann::json::object(), {}};
+  // Room for the 256 sampled tokens, whatever the model's head shape.
+  const std::uint64_t tile_k =
+      format_layout(parse_format(config.k_quantizer.name, config.k_quantizer.options),
+                    config.model.head_dim, config.cache.page_size)
+          .tile_bytes;
+  const std::uint64_t tile_v =
+      format_layout(parse_format(config.v_quantizer.name, config.v_quantizer.options),
+                    config.model.head_dim, config.cache.page_size)
+          .tile_bytes;
+  small.cache.capacity_bytes = (256 / config.cache.page_size + 2) *
+                               (std::uint64_t{config.model.kv_heads} * (tile_k + tile_v) +
+                                config.cache.page_size * sizeof(Position));
   const auto cache = Cache::open(small, registry);
   const ModelShape& m = small.model;
   const std::uint32_t tokens = 256;
@@ -414,13 +472,22 @@ std::vector<Request> read_trace(const std::string& file) {
         if (!j.contains(key))
           throw Error(Code::invalid_argument, where + "missing key '" + key + "'");
       Request r;
+      // Token counts must be whole numbers in 1..2^24; nothing is silently rounded or wrapped.
+      const auto count = [&](const char* key) {
+        const nlohmann::json& v = j.at(key);
+        if (!v.is_number_unsigned() || v.get<std::uint64_t>() == 0 ||
+            v.get<std::uint64_t>() > (1u << 24))
+          throw Error(Code::invalid_argument, where + "'" + key +
+                                                  "' must be a whole number in 1.." +
+                                                  std::to_string(1u << 24) + ", got " + v.dump());
+        return v.get<std::uint32_t>();
+      };
+      if (!j.at("arrival").is_number() || j.at("arrival").get<double>() < 0)
+        throw Error(Code::invalid_argument, where + "'arrival' must be a number of seconds >= 0");
       r.arrival = j.at("arrival").get<double>();
-      r.prompt_tokens = j.at("prompt_tokens").get<std::uint32_t>();
-      r.output_tokens = j.at("output_tokens").get<std::uint32_t>();
+      r.prompt_tokens = count("prompt_tokens");
+      r.output_tokens = count("output_tokens");
       if (j.contains("prefix_id")) r.prefix_id = j.at("prefix_id").get<std::int64_t>();
-      if (r.prompt_tokens == 0 || r.output_tokens == 0 || r.arrival < 0)
-        throw Error(Code::invalid_argument,
-                    where + "prompt_tokens and output_tokens must be positive, arrival >= 0");
       if (r.prefix_id && r.prompt_tokens <= kSharedPrefix) r.prefix_id.reset();
       requests.push_back(r);
     } catch (const nlohmann::json::exception& e) {
@@ -445,10 +512,16 @@ nlohmann::json run_serving_simulation(const Config& config,
   simulated.cache.capacity_bytes = config.cache.capacity_bytes * layers / config.model.layers;
   const auto cache = Cache::open(simulated, registry);
   std::vector<Request> requests = o.trace.empty() ? synthetic_requests(o) : read_trace(o.trace);
-  Simulation simulation(*cache, o, std::move(requests),
+  const auto mask = registry->create_mask(config.mask.name, config.mask.options);
+  Simulation simulation(*cache, *mask, o, std::move(requests),
                         static_cast<double>(config.model.layers) / layers);
   nlohmann::json report = simulation.run();
-  report["quant_error"] = quantization_error(config, registry);
+  try {
+    report["quant_error"] = quantization_error(config, registry);
+  } catch (const Error& e) {  // e.g. a third-party format: the run's results still count
+    report["quant_error"] = nullptr;
+    report["quant_error_unavailable"] = e.what();
+  }
   report["backend"] = cache->backend();
   report["k_format"] = config.k_quantizer.name;
   report["v_format"] = config.v_quantizer.name;

@@ -238,7 +238,9 @@ void add_tensor_commands(CLI::App& app, const Globals& globals) {
       ->capture_default_str();
   attention->add_option("--backend", af->backend,
                         "backend (default: the config's preference list)");
-  attention->add_option("--page-size", af->page_size, "tokens per page")->capture_default_str();
+  attention->add_option("--page-size", af->page_size, "tokens per page")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   attention->callback([&globals, af] { run_attention(globals, *af); });
 }
 

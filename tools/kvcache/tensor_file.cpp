@@ -71,8 +71,12 @@ Tensor read_npy(const std::filesystem::path& file) {
   t.dtype = dtype->second;
   const std::string dims = m[1];
   const std::regex number("\\d+");
-  for (std::sregex_iterator it(dims.begin(), dims.end(), number), end; it != end; ++it)
+  for (std::sregex_iterator it(dims.begin(), dims.end(), number), end; it != end; ++it) {
+    if (it->str().size() > 10 || std::stoll(it->str()) > kMaxDimension)
+      bad(file, "dimension " + it->str() + " is larger than " + std::to_string(kMaxDimension));
     t.shape.push_back(std::stoll(it->str()));
+  }
+  t.check_size(file);
   const std::size_t data_bytes = t.elements() * dtype_size(t.dtype);
   const std::size_t start = offset + header_length;
   if (bytes.size() - start < data_bytes)
@@ -105,10 +109,11 @@ std::map<std::string, Tensor> read_safetensors(const std::filesystem::path& file
     try {
       t.dtype = entry.at("dtype").get<std::string>();
       t.shape = entry.at("shape").get<std::vector<std::int64_t>>();
+      t.check_size(file);
       const auto offsets = entry.at("data_offsets").get<std::vector<std::uint64_t>>();
       if (dtype_size(t.dtype) == 0)
         bad(file, "tensor '" + name + "' has unsupported dtype " + t.dtype);
-      if (offsets.size() != 2 || offsets[0] > offsets[1] || base + offsets[1] > bytes.size() ||
+      if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > bytes.size() - base ||
           offsets[1] - offsets[0] != t.elements() * dtype_size(t.dtype))
         bad(file, "tensor '" + name + "' has data offsets that do not match its shape " +
                       shape_text(t.shape));
@@ -123,6 +128,16 @@ std::map<std::string, Tensor> read_safetensors(const std::filesystem::path& file
 }
 
 }  // namespace
+
+void Tensor::check_size(const std::filesystem::path& file) const {
+  std::uint64_t n = 1;
+  for (std::int64_t d : shape) {
+    if (d < 0 || d > kMaxDimension ||
+        __builtin_mul_overflow(n, static_cast<std::uint64_t>(d), &n) || n > kMaxElements)
+      bad(file, "shape " + shape_text(shape) + " is negative or too large (at most " +
+                    std::to_string(kMaxElements) + " elements)");
+  }
+}
 
 std::size_t Tensor::elements() const {
   std::size_t n = 1;

@@ -29,16 +29,23 @@ struct EvictionReport {
   KVCACHE_API void merge(const EvictionReport& other);
 };
 
-// A reserve that could not be met even after eviction. Evictions made on the way are in
-// report(): they happened and must be acted on.
-class KVCACHE_API CacheFull : public Error {
+// An operation that failed after evicting something: what was evicted on the way is in
+// report(); it happened and must be acted on.
+class KVCACHE_API EvictionError : public Error {
  public:
-  CacheFull(const std::string& message, EvictionReport report)
-      : Error(Code::out_of_memory, message), report_(std::move(report)) {}
+  EvictionError(Code code, const std::string& message, EvictionReport report)
+      : Error(code, message), report_(std::move(report)) {}
   const EvictionReport& report() const { return report_; }
 
  private:
   EvictionReport report_;
+};
+
+// A reserve that could not be met even after eviction.
+class KVCACHE_API CacheFull : public EvictionError {
+ public:
+  CacheFull(const std::string& message, EvictionReport report)
+      : EvictionError(Code::out_of_memory, message, std::move(report)) {}
 };
 
 class KVCACHE_API Cache {
@@ -80,6 +87,8 @@ class KVCACHE_API Cache {
   void prefill(std::uint32_t layer, std::span<const SeqId> sequences,
                std::span<const std::uint32_t> counts, const DLTensor& q, DLTensor& out);
   // After each model step: the policy's proactive hook (StreamingLLM windows, H2O budgets).
+  // A plan that fails part way (e.g. a drop the store refuses) throws EvictionError with what
+  // was done.
   EvictionReport end_step();
 
   struct Impl;

@@ -77,28 +77,36 @@ struct Cache::Impl {
     return apply(decide(state));
   }
 
-  // Carries out a plan and reports exactly what it removed.
+  // Carries out a plan and reports exactly what it removed. If a step fails, what was already
+  // done is reported through EvictionError, never lost.
   EvictionReport apply(const EvictionPlan& plan) {
     EvictionReport report;
-    if (plan.free_cached_pages > 0)
-      report.cached_pages_freed = store->evict_cached(plan.free_cached_pages);
-    for (SeqId id : plan.preempt) {
-      if (!sequences.contains(id)) continue;
-      store->release(id);
-      sequences.erase(id);
-      report.preempted.push_back(id);
-    }
-    std::map<SeqId, std::vector<PositionRange>> drops;
-    for (const DroppedRange& d : plan.drop)
-      if (sequences.contains(d.sequence)) drops[d.sequence].push_back(d.range);
-    for (const auto& [id, ranges] : drops) {
-      const std::vector<Position> before = store->positions(id);
-      store->drop(id, ranges);
-      const std::vector<Position> after = store->positions(id);
-      std::vector<Position> gone;
-      std::set_difference(before.begin(), before.end(), after.begin(), after.end(),
-                          std::back_inserter(gone));
-      for (const PositionRange& r : ranges_of(gone)) report.dropped.push_back({id, r});
+    try {
+      if (plan.free_cached_pages > 0)
+        report.cached_pages_freed = store->evict_cached(plan.free_cached_pages);
+      for (SeqId id : plan.preempt) {
+        if (!sequences.contains(id)) continue;
+        store->release(id);
+        sequences.erase(id);
+        report.preempted.push_back(id);
+      }
+      std::map<SeqId, std::vector<PositionRange>> drops;
+      for (const DroppedRange& d : plan.drop)
+        if (sequences.contains(d.sequence)) drops[d.sequence].push_back(d.range);
+      for (const auto& [id, ranges] : drops) {
+        const std::vector<Position> before = store->positions(id);
+        store->drop(id, ranges);
+        const std::vector<Position> after = store->positions(id);
+        std::vector<Position> gone;
+        std::set_difference(before.begin(), before.end(), after.begin(), after.end(),
+                            std::back_inserter(gone));
+        for (const PositionRange& r : ranges_of(gone)) report.dropped.push_back({id, r});
+      }
+    } catch (const EvictionError&) {
+      throw;
+    } catch (const Error& e) {
+      throw EvictionError(e.code(), std::string("applying the eviction plan: ") + e.what(),
+                          std::move(report));
     }
     return report;
   }
@@ -259,8 +267,14 @@ EvictionReport Cache::reserve(std::span<const SeqId> ids, std::span<const std::u
       if (e.code() != Code::out_of_memory) throw;
       if (!impl_->policy) throw CacheFull(e.what(), report);
       const std::uint64_t needed = impl_->shortfall(batch, counts);
-      const EvictionReport step_report = impl_->consult(
-          [&](const CacheState& s) { return impl_->policy->on_pressure(s, needed); });
+      EvictionReport step_report;
+      try {
+        step_report = impl_->consult(
+            [&](const CacheState& s) { return impl_->policy->on_pressure(s, needed); });
+      } catch (const EvictionError& partial) {  // keep what earlier rounds evicted, too
+        report.merge(partial.report());
+        throw EvictionError(partial.code(), partial.what(), std::move(report));
+      }
       if (step_report.empty())
         throw CacheFull(std::string(e.what()) + "; the eviction policy freed nothing more", report);
       report.merge(step_report);
