@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -23,8 +24,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// One folder per test process: ctest runs the tests of this file in parallel processes.
 fs::path scratch() {
-  const fs::path dir = fs::temp_directory_path() / "kvcache-tensor-commands";
+  const fs::path dir = fs::temp_directory_path() /
+                       ("kvcache-tensor-commands-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   return dir;
 }
