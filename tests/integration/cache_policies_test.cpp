@@ -97,9 +97,9 @@ TEST(CachePolicies, StreamingKeepsMemoryConstantAndAttentionExact) {
   config.model = {1, 2, 1, 16};
   config.backends = {"cpu-tbb"};
   config.cache = {16, 4ull << 20, false};
-  config.k_quantizer = config.v_quantizer = {"fp32", nlohmann::json::object(), {}};
-  config.mask = {"sink-window", {{"sinks", 4}, {"window", 1024}}, {}};
-  config.eviction = {"streaming", {{"sinks", 4}, {"window", 1024}}, {}};
+  config.k_quantizer = config.v_quantizer = {.name = "fp32"};
+  config.mask = {.name = "sink-window", .options = {{"sinks", 4}, {"window", 1024}}};
+  config.eviction = {.name = "streaming", .options = {{"sinks", 4}, {"window", 1024}}};
   const auto cache = Cache::open(config, registry());
   const SeqId id = cache->add_sequence();
   const std::vector<SeqId> ids{id};

@@ -155,9 +155,9 @@ void run_evaluate(const Globals& globals, const EvaluateFlags& f) {
       config.cache.capacity_bytes =
           (static_cast<std::uint64_t>(p.tokens) / 32 + 2) *
           (static_cast<std::uint64_t>(p.kv_heads * p.head_dim) * 8 * 32 + 4096);
-      config.k_quantizer = config.v_quantizer = {format, nlohmann::json::object(), {}};
-      config.mask = {"causal", nlohmann::json::object(), {}};
-      config.eviction = {"none", nlohmann::json::object(), {}};
+      config.k_quantizer = config.v_quantizer = {.name = format};
+      config.mask = {.name = "causal"};
+      config.eviction = {.name = "none"};
       const auto cache = Cache::open(config, registry);
       const SeqId id = cache->add_sequence();
       const std::vector<SeqId> ids{id};

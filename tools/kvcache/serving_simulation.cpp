@@ -393,7 +393,7 @@ class Simulation {
 double quantization_error(const Config& config, std::shared_ptr<const Registry> registry) {
   Config small = config;
   small.model.layers = 1;
-  small.eviction = {"none", nlohmann::json::object(), {}};
+  small.eviction = {.name = "none"};
   // Room for the 256 sampled tokens, whatever the model's head shape.
   const std::uint64_t tile_k =
       format_layout(parse_format(config.k_quantizer.name, config.k_quantizer.options),

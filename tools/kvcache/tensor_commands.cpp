@@ -173,14 +173,14 @@ void run_attention(const Globals& globals, const AttentionFlags& f) {
   config.model = {1, static_cast<std::uint32_t>(q_heads), static_cast<std::uint32_t>(kv_heads),
                   static_cast<std::uint32_t>(dim)};
   config.cache.page_size = f.page_size;
-  config.k_quantizer = {f.k_format, nlohmann::json::object(), {}};
-  config.v_quantizer = {f.v_format, nlohmann::json::object(), {}};
+  config.k_quantizer = {.name = f.k_format};
+  config.v_quantizer = {.name = f.v_format};
   const std::uint64_t pages = static_cast<std::uint64_t>(kv_len) / f.page_size + 2;
   config.cache.capacity_bytes =
       pages * (static_cast<std::uint64_t>(kv_heads) * dim * 4 * 2 * f.page_size + 1024);
   const MaskChoice mask = parse_mask_spec(f.mask);
-  config.mask = {mask.name, mask.options, {}};
-  config.eviction = {"none", nlohmann::json::object(), {}};
+  config.mask = {.name = mask.name, .options = mask.options};
+  config.eviction = {.name = "none"};
   const auto registry = Registry::load(config.plugins);
   const auto cache = Cache::open(config, registry);
 

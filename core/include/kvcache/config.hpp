@@ -52,7 +52,8 @@ class KVCACHE_API ConfigError : public Error {
 struct ComponentChoice {
   std::string name;
   nlohmann::json options = nlohmann::json::object();
-  SourceLocation where;  // of the name
+  SourceLocation where = {};                                // of the name
+  std::map<std::string, SourceLocation> option_where = {};  // of each option's value
 };
 
 struct PluginPath {

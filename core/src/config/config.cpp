@@ -273,7 +273,7 @@ bool Overlay::component(YamlReader& reader, const Field& field, ComponentChoice&
   const std::string expected = "a name or a mapping with 'name' and options";
   if (field.node.IsScalar()) {
     auto name = reader.text(field, "a name");
-    if (name) choice = {std::move(*name), nlohmann::json::object(), field.where};
+    if (name) choice = {.name = std::move(*name), .where = field.where};
     return name.has_value();
   }
   if (!field.node.IsMap()) {
@@ -296,7 +296,10 @@ bool Overlay::component(YamlReader& reader, const Field& field, ComponentChoice&
     }
     auto option = reader.json(value);
     ok = ok && option.has_value();
-    if (option) result.options[key] = std::move(*option);
+    if (option) {
+      result.options[key] = std::move(*option);
+      result.option_where[key] = value.where;
+    }
   });
   if (!has_name) reader.error(field, "missing key 'name': expected " + expected);
   if (!has_name || !ok) return false;

@@ -14,7 +14,13 @@ void check_choice(const ComponentChoice& choice, const std::string& key, Create&
   try {
     create(choice.name, choice.options);
   } catch (const Error& e) {
-    out.push_back({Diagnostic::Severity::error, choice.where, key, e.what()});
+    // A message about one option ("option 'window': ...", "unknown option 'windw'") points at
+    // that option's line; anything else at the name.
+    const std::string message = e.what();
+    SourceLocation where = choice.where;
+    for (const auto& [option, location] : choice.option_where)
+      if (message.find("option '" + option + "'") != std::string::npos) where = location;
+    out.push_back({Diagnostic::Severity::error, where, key, message});
   }
 }
 
