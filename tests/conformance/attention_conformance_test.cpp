@@ -93,8 +93,8 @@ class AttentionConformance : public ::testing::TestWithParam<AttentionCase> {
       for (float& x : v) x = normal_(rng_);
       std::int64_t shape[3] = {static_cast<std::int64_t>(ids.size() * n), GetParam().heads.kv,
                                kDim};
-      store_->append(layer, ids, std::vector<std::uint32_t>(ids.size(), n), tensor(k.data(), shape),
-                     tensor(v.data(), shape));
+      store_->append(layer, ids, std::vector<std::uint32_t>(ids.size(), n),
+                     host_tensor(k.data(), shape), host_tensor(v.data(), shape));
       for (std::size_t i = 0; i < ids.size(); ++i) {
         auto& mk = original_k_[{ids[i], layer}];
         auto& mv = original_v_[{ids[i], layer}];
@@ -146,7 +146,7 @@ class AttentionConformance : public ::testing::TestWithParam<AttentionCase> {
     std::vector<std::vector<float>> scores_before;
     for (SeqId id : ids) scores_before.push_back(store_->scores(id));
     std::int64_t shape[3] = {static_cast<std::int64_t>(queries), qh, kDim};
-    DLTensor qt = tensor(q.data(), shape), ot = tensor(out.data(), shape);
+    DLTensor qt = host_tensor(q.data(), shape), ot = host_tensor(out.data(), shape);
     AttentionRequest request;
     request.layer = layer;
     request.sequences = ids;
@@ -165,7 +165,7 @@ class AttentionConformance : public ::testing::TestWithParam<AttentionCase> {
       const std::size_t n = positions[i].size();
       std::vector<float> k(n * row_floats()), v(k.size());
       std::int64_t kv_shape[3] = {static_cast<std::int64_t>(n), kvh, kDim};
-      DLTensor kt = tensor(k.data(), kv_shape), vt = tensor(v.data(), kv_shape);
+      DLTensor kt = host_tensor(k.data(), kv_shape), vt = host_tensor(v.data(), kv_shape);
       store_->gather(layer, ids[i], kt, vt);
       std::vector<float> weights(n, 0.0f);
       for (std::uint32_t j = 0; j < per_seq[i]; ++j, ++qi) {
@@ -287,7 +287,7 @@ TEST(AttentionOutputs, HalfPrecisionOutputsAndDenseMask) {
     for (float& x : q) x = normal(rng);
     std::int64_t kv_shape[3] = {n, 2, 16};
     store->append(0, std::vector<SeqId>{id}, std::vector<std::uint32_t>{n},
-                  tensor(k.data(), kv_shape), tensor(v.data(), kv_shape));
+                  host_tensor(k.data(), kv_shape), host_tensor(v.data(), kv_shape));
     // Dense: mask[t] for the query at position n - 1; softmax over allowed keys only.
     const Position query = n - 1;
     std::vector<float> dense(4 * 16, 0.0f);
@@ -316,11 +316,11 @@ TEST(AttentionOutputs, HalfPrecisionOutputsAndDenseMask) {
     const std::vector<PositionRange> ranges{{0, sinks}, {query - window + 1, query + 1}};
     const std::vector<std::uint32_t> counts{2};
     std::int64_t q_shape[3] = {1, 4, 16};
-    DLTensor qt = tensor(q.data(), q_shape);
+    DLTensor qt = host_tensor(q.data(), q_shape);
     for (const auto& [code, bits] :
          {std::pair{kDLFloat, 32}, std::pair{kDLFloat, 16}, std::pair{kDLBfloat, 16}}) {
       std::vector<std::uint32_t> raw(4 * 16, 0);  // room for either width
-      DLTensor ot = tensor(reinterpret_cast<float*>(raw.data()), q_shape);
+      DLTensor ot = host_tensor(reinterpret_cast<float*>(raw.data()), q_shape);
       ot.dtype = {static_cast<std::uint8_t>(code), static_cast<std::uint8_t>(bits), 1};
       AttentionRequest request;
       request.q = &qt;

@@ -39,8 +39,8 @@ Errors round_trip(const Quantizer& q, const std::vector<float>& x) {
   std::vector<std::byte> tile(q.describe(kDim, kPage).tile_bytes);
   std::vector<float> back(x.size());
   std::int64_t shape[2] = {kPage, kDim};
-  const DLTensor src = tensor(const_cast<float*>(x.data()), shape, 2);
-  DLTensor dst = tensor(back.data(), shape, 2);
+  const DLTensor src = host_tensor(const_cast<float*>(x.data()), shape, 2);
+  DLTensor dst = host_tensor(back.data(), shape, 2);
   q.encode(src, 0, kPage, tile.data());
   q.decode(tile.data(), 0, kPage, dst);
   double peak = 0.0, magnitude = 0.0, total = 0.0;
@@ -100,7 +100,7 @@ TEST(FormatErrors, KiviEncodesWholeGroupsOnly) {
   std::vector<std::byte> tile(kivi->describe(kDim, kPage).tile_bytes);
   std::int64_t shape[2] = {5, kDim};
   try {
-    kivi->encode(tensor(x.data(), shape, 2), 0, kPage, tile.data());
+    kivi->encode(host_tensor(x.data(), shape, 2), 0, kPage, tile.data());
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), Code::invalid_argument);

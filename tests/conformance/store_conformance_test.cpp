@@ -124,7 +124,7 @@ class StoreConformance : public ::testing::TestWithParam<StoreCase> {
         }
       }
       std::int64_t shape[3] = {rows, kHeads, kDim};
-      const DLTensor kt = tensor(k.data(), shape), vt = tensor(v.data(), shape);
+      const DLTensor kt = host_tensor(k.data(), shape), vt = host_tensor(v.data(), shape);
       store.append(layer, ids, counts, kt, vt);
     }
     for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -155,7 +155,7 @@ class StoreConformance : public ::testing::TestWithParam<StoreCase> {
     for (std::uint32_t layer = 0; layer < kLayers; ++layer) {
       std::vector<float> k(n * kHeads * kDim), v(k.size());
       std::int64_t shape[3] = {static_cast<std::int64_t>(n), kHeads, kDim};
-      DLTensor kt = tensor(k.data(), shape), vt = tensor(v.data(), shape);
+      DLTensor kt = host_tensor(k.data(), shape), vt = host_tensor(v.data(), shape);
       store.gather(layer, id, kt, vt);
       for (std::uint32_t h = 0; h < kHeads; ++h) {
         for (const bool value : {false, true}) {
@@ -264,10 +264,10 @@ TEST_P(StoreConformance, HalfPrecisionInputsMatchTheirFloatValues) {
       f32[i] = bf16 ? float_from_bf16(half[i]) : float_from_fp16(half[i]);
     }
     std::int64_t shape[3] = {3, kHeads, kDim};
-    DLTensor h = tensor(nullptr, shape);
+    DLTensor h = host_tensor(static_cast<float*>(nullptr), shape);
     h.data = half.data();
     h.dtype = {static_cast<std::uint8_t>(bf16 ? kDLBfloat : kDLFloat), 16, 1};
-    const DLTensor f = tensor(f32.data(), shape);
+    const DLTensor f = host_tensor(f32.data(), shape);
     const SeqId id = bf16 ? b : a;
     store->append(0, std::vector<SeqId>{id}, std::vector<std::uint32_t>{3}, h, h);
     store->append(1, std::vector<SeqId>{id}, std::vector<std::uint32_t>{3}, f, f);
@@ -283,7 +283,7 @@ TEST_P(StoreConformance, BadInputsAreRejectedWithoutChange) {
   store->reserve(std::vector<SeqId>{a}, std::vector<std::uint32_t>{2});
   std::vector<float> data(3 * kHeads * kDim, 1.0f);
   std::int64_t shape[3] = {3, kHeads, kDim};
-  const DLTensor t = tensor(data.data(), shape);
+  const DLTensor t = host_tensor(data.data(), shape);
   try {
     store->append(0, std::vector<SeqId>{a}, std::vector<std::uint32_t>{3}, t, t);
     FAIL();
@@ -292,14 +292,14 @@ TEST_P(StoreConformance, BadInputsAreRejectedWithoutChange) {
     EXPECT_THAT(e.what(), HasSubstr("exceeds its 2 reserved unwritten slots"));
   }
   std::int64_t wrong[3] = {2, kHeads, kDim + 1};
-  const DLTensor w = tensor(data.data(), wrong);
+  const DLTensor w = host_tensor(data.data(), wrong);
   EXPECT_THROW(store->append(0, std::vector<SeqId>{a}, std::vector<std::uint32_t>{2}, w, w), Error);
   EXPECT_EQ(store->written(a, 0), 0u);
   EXPECT_THROW(store->append(5, std::vector<SeqId>{a}, std::vector<std::uint32_t>{0}, t, t), Error);
   EXPECT_THROW(store->reserve(std::vector<SeqId>{999}, std::vector<std::uint32_t>{1}), Error);
   EXPECT_THROW(store->fork(a), Error);  // slots reserved but unwritten
   std::int64_t two[3] = {2, kHeads, kDim};
-  const DLTensor t2 = tensor(data.data(), two);
+  const DLTensor t2 = host_tensor(data.data(), two);
   try {  // the same sequence twice in one append would write the same slots twice
     store->append(0, std::vector<SeqId>{a, a}, std::vector<std::uint32_t>{1, 1}, t2, t2);
     FAIL();
@@ -469,7 +469,7 @@ TEST_P(StoreConformance, ConcurrentAppendsToDifferentSequences) {
         }
         std::int64_t shape[3] = {1, kHeads, kDim};
         store->append(layer, std::vector<SeqId>{id}, std::vector<std::uint32_t>{1},
-                      tensor(k.data(), shape), tensor(v.data(), shape));
+                      host_tensor(k.data(), shape), host_tensor(v.data(), shape));
       }
     }
   };

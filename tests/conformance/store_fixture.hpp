@@ -10,6 +10,7 @@
 #include <dlpack/dlpack.h>
 #include <gtest/gtest.h>
 
+#include "kvcache/host_tensor.hpp"
 #include "kvcache/registry.hpp"
 
 namespace kvcache::conformance {
@@ -55,10 +56,6 @@ inline std::vector<float> row_for(std::int32_t token, Position pos, std::uint32_
     row[i] = static_cast<float>(static_cast<std::int64_t>(h >> 40) - (1 << 23)) / (1 << 21);
   }
   return row;
-}
-
-inline DLTensor tensor(float* data, std::int64_t* shape, int ndim = 3) {
-  return DLTensor{data, {kDLCPU, 0}, ndim, {kDLFloat, 32, 1}, shape, nullptr, 0};
 }
 
 }  // namespace kvcache::conformance

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "cache_workload.hpp"
+#include "kvcache/host_tensor.hpp"
 #include "kvcache/reference_attention.hpp"
 
 namespace kvcache {
@@ -107,10 +108,10 @@ TEST(CachePolicies, StreamingKeepsMemoryConstantAndAttentionExact) {
   std::normal_distribution<float> normal;
   std::vector<float> k(16), v(16), q(32), out(32);
   std::int64_t kv_shape[3] = {1, 1, 16}, q_shape[3] = {1, 2, 16};
-  const DLTensor kt{k.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, kv_shape, nullptr, 0};
-  const DLTensor vt{v.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, kv_shape, nullptr, 0};
-  const DLTensor qt{q.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, q_shape, nullptr, 0};
-  DLTensor ot{out.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, q_shape, nullptr, 0};
+  const DLTensor kt = host_tensor(k.data(), kv_shape);
+  const DLTensor vt = host_tensor(v.data(), kv_shape);
+  const DLTensor qt = host_tensor(q.data(), q_shape);
+  DLTensor ot = host_tensor(out.data(), q_shape);
   std::uint64_t peak_pages = 0, pages_at_10k = 0;
   for (Position t = 0; t < 100000; ++t) {
     for (float& x : k) x = normal(rng);
@@ -123,8 +124,8 @@ TEST(CachePolicies, StreamingKeepsMemoryConstantAndAttentionExact) {
       const std::vector<Position> kept = cache->store().positions(id);
       std::vector<float> keys(kept.size() * 16), values(keys.size());
       std::int64_t shape[3] = {static_cast<std::int64_t>(kept.size()), 1, 16};
-      DLTensor kk{keys.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, shape, nullptr, 0};
-      DLTensor vv{values.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, shape, nullptr, 0};
+      DLTensor kk = host_tensor(keys.data(), shape);
+      DLTensor vv = host_tensor(values.data(), shape);
       cache->store().gather(0, id, kk, vv);
       std::vector<float> want(32);
       const std::vector<PositionRange> visible{{0, 4}, {t - 1023, t + 1}};

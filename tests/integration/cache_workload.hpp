@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "kvcache/cache.hpp"
+#include "kvcache/host_tensor.hpp"
 
 namespace kvcache::testing {
 
@@ -45,13 +46,13 @@ class Workload {
       for (float& x : k) x = normal_(rng_);
       for (float& x : v) x = normal_(rng_);
       for (float& x : q) x = normal_(rng_);
-      cache_.append(layer, ids, live_counts, tensor(k.data(), kv_shape),
-                    tensor(v.data(), kv_shape));
-      DLTensor o = tensor(out.data(), q_shape);
+      cache_.append(layer, ids, live_counts, host_tensor(k.data(), kv_shape),
+                    host_tensor(v.data(), kv_shape));
+      DLTensor o = host_tensor(out.data(), q_shape);
       if (count == 1) {
-        cache_.decode(layer, ids, tensor(q.data(), q_shape), o);
+        cache_.decode(layer, ids, host_tensor(q.data(), q_shape), o);
       } else {
-        cache_.prefill(layer, ids, live_counts, tensor(q.data(), q_shape), o);
+        cache_.prefill(layer, ids, live_counts, host_tensor(q.data(), q_shape), o);
       }
       for (float x : out) ASSERT_TRUE(std::isfinite(x));
     }
@@ -76,9 +77,6 @@ class Workload {
   }
 
  private:
-  static DLTensor tensor(float* data, std::int64_t* shape) {
-    return DLTensor{data, {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, shape, nullptr, 0};
-  }
   void note(const EvictionReport& r) {
     for (SeqId id : r.preempted) {
       ASSERT_TRUE(shadow_.contains(id)) << "preempted twice or unknown: " << id;

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "kvcache/host_tensor.hpp"
 #include "kvcache/registry.hpp"
 #include "test_plugins.hpp"
 
@@ -115,12 +116,12 @@ TEST_F(PluginRoundTrip, QuantizerEncodesAndDecodesDLTensors) {
   std::vector<float> tile(4 * 16, 0.0f);
   std::vector<float> values{1, 2, 3, 4, 5, 6, 7, 8};
   int64_t shape[2] = {2, 4};
-  DLTensor src{values.data(), {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, shape, nullptr, 0};
+  DLTensor src = host_tensor(values.data(), shape, 2);
   q->encode(src, 3, 16, tile.data());
   EXPECT_EQ(tile[3 * 4], 4.0f);
   EXPECT_EQ(tile[4 * 4 + 3], 32.0f);
   std::vector<float> back(8);
-  DLTensor dst{back.data(), {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, shape, nullptr, 0};
+  DLTensor dst = host_tensor(back.data(), shape, 2);
   q->decode(tile.data(), 3, 16, dst);
   EXPECT_EQ(back, values);
   DLTensor wrong = src;

@@ -9,6 +9,7 @@
 #include <tbb/task_arena.h>
 
 #include "kvcache/formats.hpp"
+#include "kvcache/host_tensor.hpp"
 #include "memory_bandwidth.hpp"
 
 namespace kvcache::tool {
@@ -62,7 +63,7 @@ AttentionBenchResult run_attention_benchmark(const Registry& registry,
     const std::vector<std::uint32_t> counts(o.batch, n);
     store->reserve(ids, counts);
     std::int64_t shape[3] = {static_cast<std::int64_t>(n) * o.batch, o.kv_heads, o.head_dim};
-    const DLTensor t{rows.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, shape, nullptr, 0};
+    const DLTensor t = host_tensor(rows.data(), shape);
     store->append(0, ids, counts, t, t);
   }
 
@@ -82,7 +83,7 @@ AttentionBenchResult run_attention_benchmark(const Registry& registry,
   std::vector<float> q(std::size_t{o.batch} * o.q_heads * o.head_dim), out(q.size());
   for (float& x : q) x = normal(rng);
   std::int64_t q_shape[3] = {o.batch, o.q_heads, o.head_dim};
-  DLTensor qt{q.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, q_shape, nullptr, 0};
+  DLTensor qt = host_tensor(q.data(), q_shape);
   DLTensor ot = qt;
   ot.data = out.data();
   AttentionRequest request;

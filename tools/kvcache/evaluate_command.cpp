@@ -17,6 +17,7 @@
 #include "commands.hpp"
 #include "kvcache/cache.hpp"
 #include "kvcache/formats.hpp"
+#include "kvcache/host_tensor.hpp"
 #include "kvcache/reference_attention.hpp"
 #include "tensor_file.hpp"
 
@@ -165,10 +166,9 @@ void run_evaluate(const Globals& globals, const EvaluateFlags& f) {
       cache->reserve(ids, std::vector<std::uint32_t>{n});
       std::int64_t kv_shape[3] = {p.tokens, p.kv_heads, p.head_dim};
       std::vector<float> k = p.k, v = p.v, kd(k.size()), vd(v.size());
-      cache->append(0, ids, std::vector<std::uint32_t>{n},
-                    DLTensor{k.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, kv_shape, nullptr, 0},
-                    DLTensor{v.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, kv_shape, nullptr, 0});
-      DLTensor kt{kd.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, kv_shape, nullptr, 0}, vt = kt;
+      cache->append(0, ids, std::vector<std::uint32_t>{n}, host_tensor(k.data(), kv_shape),
+                    host_tensor(v.data(), kv_shape));
+      DLTensor kt = host_tensor(kd.data(), kv_shape), vt = kt;
       vt.data = vd.data();
       cache->store().gather(0, id, kt, vt);
       const Errors ke = tensor_errors(p.k, kd), ve = tensor_errors(p.v, vd);
@@ -190,9 +190,8 @@ void run_evaluate(const Globals& globals, const EvaluateFlags& f) {
             q[h * p.head_dim + i] =
                 q_tensor ? q_all[(h * queries + j) * p.head_dim + i] : normal(rng);
         std::int64_t q_shape[3] = {1, q_heads, p.head_dim};
-        DLTensor ot{out.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, q_shape, nullptr, 0};
-        cache->decode(
-            0, ids, DLTensor{q.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, q_shape, nullptr, 0}, ot);
+        DLTensor ot = host_tensor(out.data(), q_shape);
+        cache->decode(0, ids, host_tensor(q.data(), q_shape), ot);
         reference::attention(
             {static_cast<std::uint32_t>(q_heads), static_cast<std::uint32_t>(p.kv_heads),
              static_cast<std::uint32_t>(p.head_dim)},

@@ -15,6 +15,7 @@
 
 #include "kvcache/cache.hpp"
 #include "kvcache/formats.hpp"
+#include "kvcache/host_tensor.hpp"
 
 namespace kvcache::tool {
 namespace {
@@ -214,9 +215,9 @@ class Simulation {
     for (float& x : q) x = normal_(rng_);
     std::int64_t kv_shape[3] = {static_cast<std::int64_t>(rows), m.kv_heads, m.head_dim};
     std::int64_t q_shape[3] = {static_cast<std::int64_t>(rows), m.q_heads, m.head_dim};
-    const DLTensor kt{k.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, kv_shape, nullptr, 0};
-    const DLTensor qt{q.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, q_shape, nullptr, 0};
-    DLTensor ot{out.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, q_shape, nullptr, 0};
+    const DLTensor kt = host_tensor(k.data(), kv_shape);
+    const DLTensor qt = host_tensor(q.data(), q_shape);
+    DLTensor ot = host_tensor(out.data(), q_shape);
     for (std::uint32_t layer = 0; layer < m.layers; ++layer) {
       cache_.append(layer, ids, counts, kt, kt);
       const auto start = Clock::now();
@@ -417,7 +418,7 @@ double quantization_error(const Config& config, std::shared_ptr<const Registry> 
   const std::vector<SeqId> ids{id};
   cache->reserve(ids, std::vector<std::uint32_t>{tokens});
   std::int64_t shape[3] = {tokens, m.kv_heads, m.head_dim};
-  DLTensor t{k.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, shape, nullptr, 0};
+  DLTensor t = host_tensor(k.data(), shape);
   cache->append(0, ids, std::vector<std::uint32_t>{tokens}, t, t);
   DLTensor b = t;
   b.data = back.data();

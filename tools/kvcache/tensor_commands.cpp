@@ -10,6 +10,7 @@
 #include "commands.hpp"
 #include "kvcache/cache.hpp"
 #include "kvcache/formats.hpp"
+#include "kvcache/host_tensor.hpp"
 #include "kvcache/registry.hpp"
 #include "mask_spec.hpp"
 #include "tensor_file.hpp"
@@ -61,15 +62,8 @@ void run_quantize(const Globals& globals, const QuantizeFlags& f) {
   for (std::size_t first = 0; first < rows; first += page) {
     const auto n = static_cast<std::uint32_t>(std::min<std::size_t>(page, rows - first));
     std::int64_t shape[2] = {n, dim};
-    const DLTensor src{const_cast<float*>(x.data()) + first * dim,
-                       {kDLCPU, 0},
-                       2,
-                       {kDLFloat, 32, 1},
-                       shape,
-                       nullptr,
-                       0};
-    DLTensor dst{
-        dequantized.data() + first * dim, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, shape, nullptr, 0};
+    const DLTensor src = host_tensor(const_cast<float*>(x.data()) + first * dim, shape, 2);
+    DLTensor dst = host_tensor(dequantized.data() + first * dim, shape, 2);
     quantizer->encode(src, 0, page, tile.data());
     quantizer->decode(tile.data(), 0, page, dst);
     codes.insert(codes.end(), tile.begin(),
@@ -191,13 +185,12 @@ void run_attention(const Globals& globals, const AttentionFlags& f) {
                      vt = swap_leading(v.to_float("V"), kv_heads, kv_len, dim);
   std::int64_t kv_shape[3] = {kv_len, kv_heads, dim};
   cache->append(0, ids, std::vector<std::uint32_t>{static_cast<std::uint32_t>(kv_len)},
-                DLTensor{kt.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, kv_shape, nullptr, 0},
-                DLTensor{vt.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, kv_shape, nullptr, 0});
+                host_tensor(kt.data(), kv_shape), host_tensor(vt.data(), kv_shape));
   std::vector<float> qt = swap_leading(q.to_float("Q"), q_heads, q_len, dim), out(qt.size());
   std::int64_t q_shape[3] = {q_len, q_heads, dim};
-  DLTensor ot{out.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, q_shape, nullptr, 0};
+  DLTensor ot = host_tensor(out.data(), q_shape);
   cache->prefill(0, ids, std::vector<std::uint32_t>{static_cast<std::uint32_t>(q_len)},
-                 DLTensor{qt.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, q_shape, nullptr, 0}, ot);
+                 host_tensor(qt.data(), q_shape), ot);
   write_safetensors(
       f.out,
       {{"out", Tensor::of_floats({q_heads, q_len, dim}, swap_leading(out, q_len, q_heads, dim))}});
