@@ -31,15 +31,8 @@ const StoreSpec& validated(const StoreSpec& s) {
   return s;
 }
 
-// Bytes one page takes in the pools, metadata included.
-std::uint64_t page_cost(const StoreSpec& s, const SlotCodec& k, const SlotCodec& v) {
-  return std::uint64_t{s.model.layers} * s.model.kv_heads *
-             (k.layout().tile_bytes + v.layout().tile_bytes) +
-         std::uint64_t{s.page_size} * sizeof(Position);
-}
-
-std::uint32_t page_count(const StoreSpec& s, const SlotCodec& k, const SlotCodec& v) {
-  const std::uint64_t cost = page_cost(s, k, v);
+std::uint32_t page_count(const StoreSpec& s) {
+  const std::uint64_t cost = page_cost(s);
   const std::uint64_t pages = s.capacity_bytes / cost;
   if (pages == 0)
     throw Error(Code::invalid_argument, "capacity of " + std::to_string(s.capacity_bytes) +
@@ -56,7 +49,7 @@ PagedStore::PagedStore(const StoreSpec& spec)
       k_codec_(parse_format(spec.k_format, spec.k_options), spec.model.head_dim, spec.page_size),
       v_codec_(parse_format(spec.v_format, spec.v_options), spec.model.head_dim, spec.page_size),
       memory_(nullptr, &std::free),
-      pool_(page_count(spec_, k_codec_, v_codec_)),
+      pool_(page_count(spec_)),
       prefix_(pool_.total(), page_size_) {
   const std::uint32_t pages = pool_.total();
   const std::uint64_t heads = spec_.model.kv_heads;

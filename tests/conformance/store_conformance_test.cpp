@@ -93,11 +93,7 @@ class StoreConformance : public ::testing::TestWithParam<StoreCase> {
     s.k_options = GetParam().k_options;
     s.v_options = GetParam().v_options;
     s.poison_unused = true;  // any read of padding would show as NaN
-    const std::uint64_t per_page =
-        std::uint64_t{kLayers} * kHeads *
-            (format_layout(parse_format(s.k_format, s.k_options), kDim, s.page_size).tile_bytes +
-             format_layout(parse_format(s.v_format, s.v_options), kDim, s.page_size).tile_bytes) +
-        s.page_size * sizeof(Position);
+    const std::uint64_t per_page = page_cost(s);
     s.capacity_bytes = pages * per_page + per_page / 2;
     return s;
   }

@@ -44,7 +44,7 @@ AttentionBenchResult run_attention_benchmark(const Registry& registry,
   const std::uint64_t tile_v =
       format_layout(parse_format(o.v_format, o.v_options), o.head_dim, o.page_size).tile_bytes;
   const std::uint64_t pages = (o.tokens + o.page_size - 1) / o.page_size * o.batch + 1;
-  spec.capacity_bytes = pages * (o.kv_heads * (tile_k + tile_v) + o.page_size * sizeof(Position));
+  spec.capacity_bytes = pages * page_cost(spec);
   const auto backend = registry.create_backend(o.backend);
   const auto store = backend->create_store(spec);
   const auto attention = backend->create_attention();

@@ -153,10 +153,9 @@ void run_evaluate(const Globals& globals, const EvaluateFlags& f) {
                       static_cast<std::uint32_t>(p.kv_heads),
                       static_cast<std::uint32_t>(p.head_dim)};
       config.cache.page_size = 32;  // kivi-k's default group fits
-      config.cache.capacity_bytes =
-          (static_cast<std::uint64_t>(p.tokens) / 32 + 2) *
-          (static_cast<std::uint64_t>(p.kv_heads * p.head_dim) * 8 * 32 + 4096);
       config.k_quantizer = config.v_quantizer = {.name = format};
+      config.cache.capacity_bytes =
+          (static_cast<std::uint64_t>(p.tokens) / 32 + 2) * page_cost(store_spec(config));
       config.mask = {.name = "causal"};
       config.eviction = {.name = "none"};
       const auto cache = Cache::open(config, registry);

@@ -396,17 +396,7 @@ double quantization_error(const Config& config, std::shared_ptr<const Registry> 
   small.model.layers = 1;
   small.eviction = {.name = "none"};
   // Room for the 256 sampled tokens, whatever the model's head shape.
-  const std::uint64_t tile_k =
-      format_layout(parse_format(config.k_quantizer.name, config.k_quantizer.options),
-                    config.model.head_dim, config.cache.page_size)
-          .tile_bytes;
-  const std::uint64_t tile_v =
-      format_layout(parse_format(config.v_quantizer.name, config.v_quantizer.options),
-                    config.model.head_dim, config.cache.page_size)
-          .tile_bytes;
-  small.cache.capacity_bytes = (256 / config.cache.page_size + 2) *
-                               (std::uint64_t{config.model.kv_heads} * (tile_k + tile_v) +
-                                config.cache.page_size * sizeof(Position));
+  small.cache.capacity_bytes = (256 / config.cache.page_size + 2) * page_cost(store_spec(small));
   const auto cache = Cache::open(small, registry);
   const ModelShape& m = small.model;
   const std::uint32_t tokens = 256;

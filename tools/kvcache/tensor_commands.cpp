@@ -170,8 +170,7 @@ void run_attention(const Globals& globals, const AttentionFlags& f) {
   config.k_quantizer = {.name = f.k_format};
   config.v_quantizer = {.name = f.v_format};
   const std::uint64_t pages = static_cast<std::uint64_t>(kv_len) / f.page_size + 2;
-  config.cache.capacity_bytes =
-      pages * (static_cast<std::uint64_t>(kv_heads) * dim * 4 * 2 * f.page_size + 1024);
+  config.cache.capacity_bytes = pages * page_cost(store_spec(config));
   const MaskChoice mask = parse_mask_spec(f.mask);
   config.mask = {.name = mask.name, .options = mask.options};
   config.eviction = {.name = "none"};

@@ -48,6 +48,9 @@ class KVCACHE_API CacheFull : public EvictionError {
       : EvictionError(Code::out_of_memory, message, std::move(report)) {}
 };
 
+// The store a config asks for: model, page size, capacity, prefix caching, K and V formats.
+KVCACHE_API StoreSpec store_spec(const Config& config);
+
 class KVCACHE_API Cache {
  public:
   // Throws Error(unavailable) listing why each preferred backend cannot be used.

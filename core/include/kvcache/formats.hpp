@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvcache/cache_store.hpp"
 #include "kvcache/export.hpp"
 #include "kvcache/quantizer.hpp"
 
@@ -65,6 +66,10 @@ inline std::size_t slot_meta_offset(const FormatSpec& spec, const StorageFormat&
   return f.code_bytes + (spec.groups_tokens() ? std::size_t{slot / spec.group} * head_dim * 4
                                               : std::size_t{slot} * f.slot_meta_bytes);
 }
+
+// Bytes one page of a store of built-in formats takes: every layer's K and V tiles plus the
+// logical position of each slot. A store holds capacity_bytes / page_cost(spec) pages.
+KVCACHE_API std::uint64_t page_cost(const StoreSpec& spec);
 
 namespace reference {
 

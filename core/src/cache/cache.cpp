@@ -160,6 +160,19 @@ struct Cache::Impl {
 Cache::Cache(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Cache::~Cache() = default;
 
+StoreSpec store_spec(const Config& config) {
+  StoreSpec spec;
+  spec.model = config.model;
+  spec.page_size = config.cache.page_size;
+  spec.capacity_bytes = config.cache.capacity_bytes;
+  spec.prefix_caching = config.cache.prefix_caching;
+  spec.k_format = config.k_quantizer.name;
+  spec.k_options = config.k_quantizer.options;
+  spec.v_format = config.v_quantizer.name;
+  spec.v_options = config.v_quantizer.options;
+  return spec;
+}
+
 std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const Registry> registry) {
   auto impl = std::make_unique<Impl>();
   impl->registry = registry;
@@ -178,15 +191,7 @@ std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const R
                 "no backend of the preference list is available here (" + why + ")");
   if (!why.empty()) spdlog::info("backend {} chosen; before it: {}", impl->backend_name, why);
 
-  StoreSpec spec;
-  spec.model = config.model;
-  spec.page_size = config.cache.page_size;
-  spec.capacity_bytes = config.cache.capacity_bytes;
-  spec.prefix_caching = config.cache.prefix_caching;
-  spec.k_format = config.k_quantizer.name;
-  spec.k_options = config.k_quantizer.options;
-  spec.v_format = config.v_quantizer.name;
-  spec.v_options = config.v_quantizer.options;
+  const StoreSpec spec = store_spec(config);
   impl->model = config.model;
   impl->page_size = config.cache.page_size;
   impl->backend = registry->create_backend(impl->backend_name);

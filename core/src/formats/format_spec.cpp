@@ -134,4 +134,13 @@ StorageFormat format_layout(const FormatSpec& spec, std::uint32_t head_dim,
   return f;
 }
 
+std::uint64_t page_cost(const StoreSpec& spec) {
+  const StorageFormat k = format_layout(parse_format(spec.k_format, spec.k_options),
+                                        spec.model.head_dim, spec.page_size);
+  const StorageFormat v = format_layout(parse_format(spec.v_format, spec.v_options),
+                                        spec.model.head_dim, spec.page_size);
+  return std::uint64_t{spec.model.layers} * spec.model.kv_heads * (k.tile_bytes + v.tile_bytes) +
+         std::uint64_t{spec.page_size} * sizeof(Position);
+}
+
 }  // namespace kvcache
