@@ -1,27 +1,27 @@
-// The cpu-tbb CacheStore: per-layer K and V pools carved from one allocation made at creation,
-// page bookkeeping in O(1) (PagePool), a prefix index, and per-sequence page lists.
+// The cpu-tbb CacheStore: the shared PageBook for bookkeeping, with per-layer K and V pools
+// carved from one host allocation made at creation.
 //
 // Memory: for each layer, a K pool then a V pool, each [page][kv_head] tiles of the format's
-// tile_bytes; plus per page the logical position of each slot. Structural changes (reserve,
-// fork, drop, release, prefix) take the lock exclusively; append takes it shared, so appends to
-// different sequences run concurrently. Within one append, work is split over sequences x heads.
+// tile_bytes. Structural changes (reserve, fork, drop, release, prefix) take the lock
+// exclusively; append takes it shared, so appends to different sequences run concurrently.
+// Within one append, work is split over sequences x heads.
 #pragma once
 
 #include <cstddef>
 #include <memory>
 #include <shared_mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "input_rows.hpp"
 #include "kvcache/cache_store.hpp"
-#include "page_pool.hpp"
-#include "prefix_index.hpp"
+#include "kvcache/paging/page_book.hpp"
 #include "slot_codec.hpp"
 
 namespace kvcache::cpu {
 
-class PagedStore final : public CacheStore {
+using paging::PageId;
+
+class PagedStore final : public CacheStore, private paging::PageMemory {
  public:
   explicit PagedStore(const StoreSpec& spec);
   ~PagedStore() override;
@@ -55,13 +55,13 @@ class PagedStore final : public CacheStore {
   };
   std::shared_lock<std::shared_mutex> lock_shared() const { return std::shared_lock(mutex_); }
   LayerView view(SeqId sequence, std::uint32_t layer);
-  const StoreSpec& spec() const { return spec_; }
-  std::uint32_t page_size() const { return page_size_; }
+  const StoreSpec& spec() const { return book_.spec(); }
+  std::uint32_t page_size() const { return book_.page_size(); }
   const SlotCodec& codec(bool value) const { return value ? v_codec_ : k_codec_; }
   const std::byte* tile_of(PageId page, std::uint32_t layer, std::uint32_t head, bool value) const {
     return tile(page, layer, head, value);
   }
-  const Position* positions_of(PageId page) const { return slot_positions(page); }
+  const Position* positions_of(PageId page) const { return book_.positions_of(page); }
   // One K or V row of a written slot as float32 (from the residual group where it waits).
   void decode_row(SeqId sequence, std::uint32_t layer, std::uint32_t head, bool value,
                   std::uint64_t slot, float* row) const {
@@ -69,37 +69,15 @@ class PagedStore final : public CacheStore {
   }
 
  private:
-  struct Sequence {
-    std::vector<PageId> pages;
-    std::uint64_t length = 0;
-    std::vector<std::uint64_t> written;  // per layer
-    Position next_position = 0;
-    bool contiguous = true;            // positions are 0..length-1 (no compaction yet)
-    std::vector<std::uint64_t> chain;  // prefix hash of each published leading page
-    // Accumulated attention weight per slot. Kept per sequence, not per page: sequences that
-    // share pages (fork, prefix) must not add to each other's scores.
-    std::vector<float> scores;
-    // For a format that groups tokens (kivi-k): the group being filled, in fp16, until it is
-    // complete and encoded: [layer][kv_head][group][head_dim]. Empty otherwise.
-    std::vector<std::uint16_t> residual_k;
-    std::vector<std::uint16_t> residual_v;
-  };
+  using Sequence = paging::PageBook::Sequence;
 
-  Sequence& find(SeqId id);
-  const Sequence& find(SeqId id) const;
+  Sequence& find(SeqId id) { return book_.find(id); }
+  const Sequence& find(SeqId id) const { return book_.find(id); }
   std::byte* tile(PageId page, std::uint32_t layer, std::uint32_t head, bool value) const;
-  Position* slot_positions(PageId page) const {
-    return positions_.get() + std::size_t{page} * page_size_;
-  }
-  bool fully_written(const Sequence& s) const;
-  // A page for writing: a free one, else the oldest cached one (forgotten by the prefix index).
-  PageId take_page();
-  void release_page(PageId page);
-  void poison_slots(PageId page, std::uint32_t from_slot);
-  void copy_page(PageId from, PageId to);
-  void copy_slot(PageId from, std::uint32_t from_slot, PageId to, std::uint32_t to_slot);
-  // Replaces a shared page of `s` at index i by a private copy.
-  void make_private(Sequence& s, std::size_t i);
+  // PageMemory: what the book asks of the pools.
+  void poison(PageId page, std::uint32_t from_slot) override;
+  void copy_page(PageId from, PageId to) override;
+  void move_slots(std::span<const paging::SlotMove> moves) override;
   // Encodes the complete token groups that overlap slots [begin, end) of an append covering
   // [append_begin, append_end): rows before append_begin come from the residual, the others
   // from `rows`. `group_rows` holds group * head_dim floats.
@@ -112,7 +90,7 @@ class PagedStore final : public CacheStore {
   std::uint16_t* residual_row(Sequence& s, std::uint32_t layer, std::uint32_t head, bool value,
                               std::uint64_t slot) const;
 
-  StoreSpec spec_;
+  paging::PageBook book_;
   std::uint32_t page_size_;
   SlotCodec k_codec_;
   SlotCodec v_codec_;
@@ -120,12 +98,6 @@ class PagedStore final : public CacheStore {
   std::size_t layer_stride_ = 0;  // bytes of one layer's K and V pools
   std::size_t k_pool_bytes_ = 0;
   std::unique_ptr<std::byte, void (*)(void*)> memory_;
-  std::unique_ptr<Position[]> positions_;
-  std::vector<std::uint32_t> fill_;  // occupied slots per page
-  PagePool pool_;
-  PrefixIndex prefix_;
-  std::unordered_map<SeqId, Sequence> sequences_;
-  SeqId next_id_ = 1;
   mutable std::shared_mutex mutex_;
 };
 

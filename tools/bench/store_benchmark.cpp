@@ -12,9 +12,9 @@
 
 #include "kvcache/formats.hpp"
 #include "kvcache/numeric.hpp"
+#include "kvcache/paging/page_pool.hpp"
 #include "kvcache/registry.hpp"
 #include "memory_bandwidth.hpp"
-#include "page_pool.hpp"  // the cpu-tbb page pool, measured directly
 
 namespace {
 
@@ -101,12 +101,12 @@ void register_append_benchmarks() {
 }
 
 void page_alloc_free(benchmark::State& state) {
-  cpu::PagePool pool(1 << 16);
-  std::vector<cpu::PageId> held;
+  paging::PagePool pool(1 << 16);
+  std::vector<paging::PageId> held;
   held.reserve(64);
   for (auto _ : state) {
     for (int i = 0; i < 64; ++i) held.push_back(pool.allocate());
-    for (cpu::PageId p : held) pool.release(p, false);
+    for (paging::PageId p : held) pool.release(p, false);
     held.clear();
     benchmark::ClobberMemory();
   }

@@ -1,8 +1,8 @@
-#include "prefix_index.hpp"
+#include "kvcache/paging/prefix_index.hpp"
 
 #include <algorithm>
 
-namespace kvcache::cpu {
+namespace kvcache::paging {
 
 PrefixIndex::PrefixIndex(std::uint32_t total_pages, std::uint32_t page_size)
     : page_size_(page_size),
@@ -52,4 +52,4 @@ void PrefixIndex::forget(PageId page) {
   registered_[page] = 0;
 }
 
-}  // namespace kvcache::cpu
+}  // namespace kvcache::paging

@@ -1,6 +1,6 @@
-#include "page_pool.hpp"
+#include "kvcache/paging/page_pool.hpp"
 
-namespace kvcache::cpu {
+namespace kvcache::paging {
 
 PagePool::PagePool(std::uint32_t total)
     : refs_(total, 0), prev_(total, kNone), next_(total, kNone), in_lru_(total, 0) {
@@ -49,4 +49,4 @@ void PagePool::lru_remove(PageId page) {
   --cached_;
 }
 
-}  // namespace kvcache::cpu
+}  // namespace kvcache::paging

@@ -5,11 +5,13 @@
 #include <cstdint>
 #include <vector>
 
-namespace kvcache::cpu {
+#include "kvcache/export.hpp"
+
+namespace kvcache::paging {
 
 using PageId = std::uint32_t;
 
-class PagePool {
+class KVCACHE_API PagePool {
  public:
   explicit PagePool(std::uint32_t total);
 
@@ -45,4 +47,4 @@ class PagePool {
   std::uint32_t cached_ = 0;
 };
 
-}  // namespace kvcache::cpu
+}  // namespace kvcache::paging

@@ -9,11 +9,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "page_pool.hpp"
+#include "kvcache/paging/page_pool.hpp"
 
-namespace kvcache::cpu {
+namespace kvcache::paging {
 
-class PrefixIndex {
+class KVCACHE_API PrefixIndex {
  public:
   PrefixIndex(std::uint32_t total_pages, std::uint32_t page_size);
 
@@ -36,4 +36,4 @@ class PrefixIndex {
   std::vector<std::uint8_t> registered_;
 };
 
-}  // namespace kvcache::cpu
+}  // namespace kvcache::paging

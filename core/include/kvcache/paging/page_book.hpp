@@ -1,0 +1,114 @@
+// The bookkeeping of a paged CacheStore, whatever memory its pages live in: sequences and their
+// page lists, the page pool, the prefix index, each slot's logical position, all-or-nothing
+// reserves, fork with copy-on-write, and drop with compaction. Every backend's store is this
+// book plus a PageMemory (host memory on cpu-tbb, device memory on the GPU backends), so a page
+// means the same everywhere. Out-of-tree backends may build on it too.
+//
+// Not thread-safe: the store serializes structural calls (and lets appends share a lock).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "kvcache/cache_store.hpp"
+#include "kvcache/export.hpp"
+#include "kvcache/paging/page_pool.hpp"
+#include "kvcache/paging/prefix_index.hpp"
+
+namespace kvcache::paging {
+
+// One slot's K and V (every layer, every head) moving to another place during compaction.
+struct SlotMove {
+  PageId from_page;
+  std::uint32_t from_slot;
+  PageId to_page;
+  std::uint32_t to_slot;
+};
+
+// What the memory behind a book does when the book rearranges pages.
+class PageMemory {
+ public:
+  virtual ~PageMemory() = default;
+  // Fills slots [from_slot, page_size) of every tile of `page` with 0xFF bytes (NaN in every
+  // float format); from 0, the whole tile including per-group data. Called only when the spec
+  // asks for poisoned padding.
+  virtual void poison(PageId page, std::uint32_t from_slot) = 0;
+  virtual void copy_page(PageId from, PageId to) = 0;
+  // Moves towards the front of one sequence, applied as if one after the other: a destination
+  // may be the source of an earlier move, never of a later one.
+  virtual void move_slots(std::span<const SlotMove> moves) = 0;
+};
+
+class KVCACHE_API PageBook {
+ public:
+  struct Sequence {
+    std::vector<PageId> pages;
+    std::uint64_t length = 0;            // reserved slots
+    std::vector<std::uint64_t> written;  // per layer: slots that hold K and V
+    Position next_position = 0;
+    bool contiguous = true;            // positions are 0..length-1 (never compacted)
+    std::vector<std::uint64_t> chain;  // prefix hash of each published leading page
+    // Accumulated attention weight per slot. Kept per sequence, not per page: sequences that
+    // share pages (fork, prefix) must not add to each other's scores.
+    std::vector<float> scores;
+    // Rows a store holds back, for formats that encode groups of tokens (kivi-k): the group being
+    // filled, in fp16, [layer][kv_head][group][head_dim]. The book copies them on fork.
+    std::vector<std::uint16_t> residual_k;
+    std::vector<std::uint16_t> residual_v;
+  };
+
+  // Validates the spec and sizes the pool from capacity_bytes / page_cost(spec).
+  PageBook(const StoreSpec& spec, PageMemory& memory);
+
+  const StoreSpec& spec() const { return spec_; }
+  std::uint32_t page_size() const { return spec_.page_size; }
+  std::uint32_t total_pages() const { return pool_.total(); }
+  StoreStats stats(std::uint64_t page_bytes) const;
+
+  SeqId create();
+  void release(SeqId id);
+  SeqId fork(SeqId parent);
+  void reserve(std::span<const SeqId> ids, std::span<const std::uint32_t> tokens);
+  // The sequences of an append, in order, after checking that each appears once and has
+  // `counts[i]` reserved unwritten slots in `layer`. The caller advances `written` when done.
+  std::vector<Sequence*> check_append(std::uint32_t layer, std::span<const SeqId> ids,
+                                      std::span<const std::uint32_t> counts);
+  std::uint64_t drop(SeqId id, std::span<const PositionRange> ranges);
+  std::vector<Position> positions(SeqId id) const;
+  void publish_prefix(SeqId id, std::span<const std::int32_t> token_ids);
+  std::uint64_t match_prefix(SeqId id, std::span<const std::int32_t> token_ids);
+  std::uint64_t evict_cached(std::uint64_t count);
+  PageTable page_table(std::span<const SeqId> ids) const;
+
+  Sequence& find(SeqId id);
+  const Sequence& find(SeqId id) const;
+  void check_layer(std::uint32_t layer) const;
+  const Position* positions_of(PageId page) const {
+    return positions_.data() + std::size_t{page} * spec_.page_size;
+  }
+
+ private:
+  bool fully_written(const Sequence& s) const;
+  // A page for writing: a free one, else the oldest cached one (forgotten by the prefix index).
+  PageId take_page();
+  void release_page(PageId page);
+  void poison(PageId page, std::uint32_t from_slot);
+  // Replaces a shared page of `s` at index i by a private copy.
+  void make_private(Sequence& s, std::size_t i);
+  Position* slot_positions(PageId page) {
+    return positions_.data() + std::size_t{page} * spec_.page_size;
+  }
+
+  StoreSpec spec_;
+  PageMemory& memory_;
+  PagePool pool_;
+  PrefixIndex prefix_;
+  std::vector<Position> positions_;  // [page][slot]
+  std::vector<std::uint32_t> fill_;  // occupied slots per page
+  std::unordered_map<SeqId, Sequence> sequences_;
+  SeqId next_id_ = 1;
+};
+
+}  // namespace kvcache::paging

@@ -1,0 +1,336 @@
+#include "kvcache/paging/page_book.hpp"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "kvcache/formats.hpp"
+#include "kvcache/status.hpp"
+
+namespace kvcache::paging {
+namespace {
+
+std::string pages_text(std::uint64_t n) {
+  return std::to_string(n) + (n == 1 ? " page" : " pages");
+}
+
+const StoreSpec& validated(const StoreSpec& s) {
+  const ModelShape& m = s.model;
+  if (m.layers == 0 || m.q_heads == 0 || m.kv_heads == 0 || m.head_dim == 0)
+    throw Error(Code::invalid_argument, "model shape must be positive in every field");
+  if (m.q_heads % m.kv_heads != 0)
+    throw Error(Code::invalid_argument, "q_heads must be a multiple of kv_heads");
+  if (s.page_size == 0 || (s.page_size & (s.page_size - 1)) != 0 || s.page_size > 1024)
+    throw Error(Code::invalid_argument, "page_size must be a power of two up to 1024");
+  return s;
+}
+
+std::uint32_t page_count(const StoreSpec& s) {
+  const std::uint64_t cost = page_cost(s);
+  const std::uint64_t pages = s.capacity_bytes / cost;
+  if (pages == 0)
+    throw Error(Code::invalid_argument, "capacity of " + std::to_string(s.capacity_bytes) +
+                                            " bytes holds no page (one page takes " +
+                                            std::to_string(cost) + " bytes)");
+  return static_cast<std::uint32_t>(std::min<std::uint64_t>(pages, 0x7FFFFFFF));
+}
+
+}  // namespace
+
+PageBook::PageBook(const StoreSpec& spec, PageMemory& memory)
+    : spec_(validated(spec)),
+      memory_(memory),
+      pool_(page_count(spec_)),
+      prefix_(pool_.total(), spec_.page_size),
+      positions_(std::size_t{pool_.total()} * spec_.page_size, Position{-1}),
+      fill_(pool_.total(), 0) {}
+
+PageBook::Sequence& PageBook::find(SeqId id) {
+  const auto it = sequences_.find(id);
+  if (it == sequences_.end()) throw Error(Code::not_found, "no sequence " + std::to_string(id));
+  return it->second;
+}
+
+const PageBook::Sequence& PageBook::find(SeqId id) const {
+  return const_cast<PageBook*>(this)->find(id);
+}
+
+void PageBook::check_layer(std::uint32_t layer) const {
+  if (layer >= spec_.model.layers)
+    throw Error(Code::invalid_argument, "layer " + std::to_string(layer) + " out of range (" +
+                                            std::to_string(spec_.model.layers) + " layers)");
+}
+
+bool PageBook::fully_written(const Sequence& s) const {
+  return std::all_of(s.written.begin(), s.written.end(),
+                     [&](std::uint64_t w) { return w == s.length; });
+}
+
+PageId PageBook::take_page() {
+  if (pool_.free_count() == 0) prefix_.forget(pool_.evict_oldest_cached());
+  const PageId page = pool_.allocate();
+  fill_[page] = 0;
+  if (spec_.poison_unused) poison(page, 0);
+  return page;
+}
+
+void PageBook::release_page(PageId page) {
+  pool_.release(page, spec_.prefix_caching && prefix_.published(page));
+}
+
+void PageBook::poison(PageId page, std::uint32_t from_slot) {
+  memory_.poison(page, from_slot);
+  std::fill(slot_positions(page) + from_slot, slot_positions(page) + spec_.page_size, Position{-1});
+}
+
+void PageBook::make_private(Sequence& s, std::size_t i) {
+  const PageId copy = take_page();
+  memory_.copy_page(s.pages[i], copy);
+  std::copy_n(slot_positions(s.pages[i]), spec_.page_size, slot_positions(copy));
+  fill_[copy] = fill_[s.pages[i]];
+  release_page(s.pages[i]);
+  s.pages[i] = copy;
+}
+
+StoreStats PageBook::stats(std::uint64_t page_bytes) const {
+  StoreStats s;
+  s.total_pages = pool_.total();
+  s.free_pages = pool_.free_count();
+  s.cached_pages = pool_.cached_count();
+  s.used_pages = pool_.used_count();
+  s.sequences = sequences_.size();
+  s.page_bytes = page_bytes;
+  for (PageId p = 0; p < pool_.total(); ++p)
+    if (pool_.refs(p) > 0) s.occupied_slots += fill_[p];
+  s.unused_slots = s.used_pages * spec_.page_size - s.occupied_slots;
+  return s;
+}
+
+SeqId PageBook::create() {
+  const SeqId id = next_id_++;
+  sequences_[id].written.assign(spec_.model.layers, 0);
+  return id;
+}
+
+void PageBook::release(SeqId id) {
+  Sequence& s = find(id);
+  // Last page first: it becomes the least recently cached, so a prefix chain is reclaimed from
+  // its leaf and its root stays matchable longest.
+  for (auto p = s.pages.rbegin(); p != s.pages.rend(); ++p) release_page(*p);
+  sequences_.erase(id);
+}
+
+SeqId PageBook::fork(SeqId parent_id) {
+  const Sequence& parent = find(parent_id);
+  if (!fully_written(parent))
+    throw Error(Code::invalid_argument, "cannot fork sequence " + std::to_string(parent_id) +
+                                            " while reserved slots are unwritten");
+  for (PageId p : parent.pages) pool_.retain(p);
+  const SeqId id = next_id_++;
+  sequences_.emplace(id, parent);  // references into an unordered_map survive a rehash
+  return id;
+}
+
+void PageBook::reserve(std::span<const SeqId> ids, std::span<const std::uint32_t> tokens) {
+  if (ids.size() != tokens.size())
+    throw Error(Code::invalid_argument, "reserve: sequences and token counts differ in number");
+  const std::uint32_t page_size = spec_.page_size;
+  std::map<SeqId, std::uint64_t> growth;  // a sequence named twice grows by the sum
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    find(ids[i]);
+    growth[ids[i]] += tokens[i];
+  }
+  std::uint64_t needed = 0;
+  for (const auto& [id, n] : growth) {
+    const Sequence& s = sequences_.at(id);
+    const std::uint64_t pages_after = (s.length + n + page_size - 1) / page_size;
+    needed += pages_after - s.pages.size();
+    const bool shared_partial =
+        n > 0 && s.length % page_size != 0 && pool_.refs(s.pages.back()) > 1;
+    needed += shared_partial ? 1 : 0;  // copy-on-write of the last page
+  }
+  const std::uint64_t available = std::uint64_t{pool_.free_count()} + pool_.cached_count();
+  if (needed > available)
+    throw Error(Code::out_of_memory,
+                "reserve needs " + pages_text(needed) + ", " + std::to_string(available) +
+                    " available (" + std::to_string(pool_.free_count()) + " free, " +
+                    std::to_string(pool_.cached_count()) + " cached); nothing was reserved");
+  for (const auto& [id, n] : growth) {
+    Sequence& s = sequences_.at(id);
+    if (n == 0) continue;
+    if (s.length % page_size != 0 && pool_.refs(s.pages.back()) > 1)
+      make_private(s, s.pages.size() - 1);
+    for (std::uint64_t t = 0; t < n; ++t) {
+      const std::uint64_t slot = s.length + t;
+      if (slot % page_size == 0) s.pages.push_back(take_page());
+      const PageId page = s.pages.back();
+      slot_positions(page)[slot % page_size] = s.next_position++;
+      fill_[page] = static_cast<std::uint32_t>(slot % page_size + 1);
+    }
+    s.length += n;
+    s.scores.resize(s.length, 0.0f);
+  }
+}
+
+std::vector<PageBook::Sequence*> PageBook::check_append(std::uint32_t layer,
+                                                        std::span<const SeqId> ids,
+                                                        std::span<const std::uint32_t> counts) {
+  if (ids.size() != counts.size())
+    throw Error(Code::invalid_argument, "append: sequences and counts differ in number");
+  check_layer(layer);
+  std::vector<Sequence*> seqs;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    Sequence& s = find(ids[i]);
+    if (std::find(seqs.begin(), seqs.end(), &s) != seqs.end())
+      throw Error(Code::invalid_argument,
+                  "append: sequence " + std::to_string(ids[i]) + " appears twice in one batch");
+    if (s.written[layer] + counts[i] > s.length)
+      throw Error(Code::invalid_argument,
+                  "append of " + std::to_string(counts[i]) + " tokens to sequence " +
+                      std::to_string(ids[i]) + " layer " + std::to_string(layer) + " exceeds its " +
+                      std::to_string(s.length - s.written[layer]) + " reserved unwritten slots");
+    seqs.push_back(&s);
+  }
+  return seqs;
+}
+
+std::uint64_t PageBook::drop(SeqId id, std::span<const PositionRange> ranges) {
+  Sequence& s = find(id);
+  if (!fully_written(s))
+    throw Error(Code::invalid_argument, "cannot drop from sequence " + std::to_string(id) +
+                                            " while reserved slots are unwritten");
+  const std::uint32_t page_size = spec_.page_size;
+  const auto dropped_at = [&](std::uint64_t slot) {
+    const Position p = slot_positions(s.pages[slot / page_size])[slot % page_size];
+    return std::any_of(ranges.begin(), ranges.end(),
+                       [&](const PositionRange& r) { return p >= r.begin && p < r.end; });
+  };
+  std::uint64_t first = 0;
+  while (first < s.length && !dropped_at(first)) ++first;
+  if (first == s.length) return 0;
+  std::vector<std::uint64_t> kept;  // slots after `first` that survive, in order
+  for (std::uint64_t slot = first + 1; slot < s.length; ++slot)
+    if (!dropped_at(slot)) kept.push_back(slot);
+  const std::uint64_t new_length = first + kept.size();
+  const std::uint64_t new_pages = (new_length + page_size - 1) / page_size;
+
+  // Pages from the first changed one on are rewritten: shared ones need private copies first.
+  std::uint64_t copies = 0;
+  for (std::size_t i = first / page_size; i < new_pages; ++i) copies += pool_.refs(s.pages[i]) > 1;
+  const std::uint64_t available = std::uint64_t{pool_.free_count()} + pool_.cached_count();
+  if (copies > available)
+    throw Error(Code::out_of_memory, "drop needs " + pages_text(copies) +
+                                         " to copy shared pages, " + std::to_string(available) +
+                                         " available; nothing was dropped");
+  for (std::size_t i = first / page_size; i < new_pages; ++i) {
+    if (pool_.refs(s.pages[i]) > 1) {
+      make_private(s, i);
+    } else {
+      prefix_.forget(s.pages[i]);  // its contents change: it no longer matches its hash
+    }
+  }
+  std::vector<SlotMove> moves;
+  moves.reserve(kept.size());
+  std::uint64_t to = first;
+  for (std::uint64_t from : kept) {
+    const SlotMove m{s.pages[from / page_size], static_cast<std::uint32_t>(from % page_size),
+                     s.pages[to / page_size], static_cast<std::uint32_t>(to % page_size)};
+    slot_positions(m.to_page)[m.to_slot] = slot_positions(m.from_page)[m.from_slot];
+    moves.push_back(m);
+    ++to;
+  }
+  memory_.move_slots(moves);
+  for (std::size_t i = new_pages; i < s.pages.size(); ++i) release_page(s.pages[i]);
+  s.pages.resize(new_pages);
+  if (new_pages > 0) {
+    const PageId last = s.pages.back();
+    fill_[last] = static_cast<std::uint32_t>(new_length - (new_pages - 1) * page_size);
+    if (spec_.poison_unused) poison(last, fill_[last]);
+  }
+  std::vector<float> scores(s.scores.begin(),
+                            s.scores.begin() + static_cast<std::ptrdiff_t>(first));
+  for (std::uint64_t from : kept) scores.push_back(s.scores[from]);
+  s.scores = std::move(scores);
+  const std::uint64_t removed = s.length - new_length;
+  s.length = new_length;
+  std::fill(s.written.begin(), s.written.end(), new_length);
+  s.contiguous = false;
+  s.chain.resize(std::min<std::size_t>(s.chain.size(), first / page_size));
+  return removed;
+}
+
+std::vector<Position> PageBook::positions(SeqId id) const {
+  const Sequence& s = find(id);
+  std::vector<Position> out(s.length);
+  for (std::uint64_t slot = 0; slot < s.length; ++slot)
+    out[slot] = positions_of(s.pages[slot / spec_.page_size])[slot % spec_.page_size];
+  return out;
+}
+
+void PageBook::publish_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
+  Sequence& s = find(id);
+  if (!spec_.prefix_caching) return;
+  if (!s.contiguous)
+    throw Error(Code::invalid_argument, "sequence " + std::to_string(id) +
+                                            " was compacted; its pages cannot serve as a prefix");
+  const std::uint32_t page_size = spec_.page_size;
+  const std::uint64_t written_all = *std::min_element(s.written.begin(), s.written.end());
+  const std::uint64_t full = std::min(written_all, std::uint64_t{token_ids.size()}) / page_size;
+  for (std::uint64_t i = s.chain.size(); i < full; ++i) {
+    const auto tokens = token_ids.subspan(i * page_size, page_size);
+    const std::uint64_t parent = i == 0 ? 0 : s.chain[i - 1];
+    const std::uint64_t hash = PrefixIndex::chain(parent, tokens);
+    prefix_.publish(s.pages[i], parent, hash, tokens);
+    s.chain.push_back(hash);
+  }
+}
+
+std::uint64_t PageBook::match_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
+  Sequence& s = find(id);
+  if (s.length != 0)
+    throw Error(Code::invalid_argument, "match_prefix needs an empty sequence; sequence " +
+                                            std::to_string(id) + " holds " +
+                                            std::to_string(s.length) + " tokens");
+  if (!spec_.prefix_caching) return 0;
+  const std::uint32_t page_size = spec_.page_size;
+  std::uint64_t parent = 0;
+  for (std::uint64_t i = 0; (i + 1) * page_size <= token_ids.size(); ++i) {
+    const auto tokens = token_ids.subspan(i * page_size, page_size);
+    const std::uint64_t hash = PrefixIndex::chain(parent, tokens);
+    const auto page = prefix_.find(parent, hash, tokens);
+    if (!page) break;
+    pool_.retain(*page);
+    s.pages.push_back(*page);
+    s.chain.push_back(hash);
+    parent = hash;
+  }
+  s.length = s.pages.size() * page_size;
+  s.scores.assign(s.length, 0.0f);
+  s.next_position = static_cast<Position>(s.length);
+  std::fill(s.written.begin(), s.written.end(), s.length);
+  return s.length;
+}
+
+std::uint64_t PageBook::evict_cached(std::uint64_t count) {
+  std::uint64_t evicted = 0;
+  for (; evicted < count && pool_.cached_count() > 0; ++evicted)
+    prefix_.forget(pool_.evict_oldest_cached());
+  return evicted;
+}
+
+PageTable PageBook::page_table(std::span<const SeqId> ids) const {
+  PageTable t;
+  t.indptr.push_back(0);
+  for (SeqId id : ids) {
+    const Sequence& s = find(id);
+    t.indices.insert(t.indices.end(), s.pages.begin(), s.pages.end());
+    t.indptr.push_back(static_cast<std::int32_t>(t.indices.size()));
+    t.last_page_len.push_back(
+        s.pages.empty()
+            ? 0
+            : static_cast<std::int32_t>(s.length - (s.pages.size() - 1) * spec_.page_size));
+  }
+  return t;
+}
+
+}  // namespace kvcache::paging
