@@ -27,7 +27,8 @@ set(CMAKE_RUNTIME_OUTPUT_DIRECTORY "${PROJECT_BINARY_DIR}/bin")
 set(KVCACHE_INSTALL_PLUGIN_DIR "${CMAKE_INSTALL_LIBDIR}/kvcache/plugins")
 set(KVCACHE_INSTALL_CMAKE_DIR "${CMAKE_INSTALL_LIBDIR}/cmake/kvcache")
 
-add_compile_options(-Wall -Wextra -Wpedantic)
+add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:-Wall;-Wextra;-Wpedantic>"
+                    "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>")
 
 find_program(CCACHE_PROGRAM ccache)
 if(CCACHE_PROGRAM)

@@ -76,9 +76,7 @@ class AttentionConformance : public ::testing::TestWithParam<AttentionCase> {
     spec.capacity_bytes = 64ull << 20;
     spec.poison_unused = true;
     store_ = open_store(GetParam().backend, spec);
-    if (!store_)
-      GTEST_SKIP() << "backend " << GetParam().backend
-                   << " unavailable: " << unavailable_reason(GetParam().backend);
+    if (!store_) GTEST_SKIP() << skip_reason(GetParam().backend, spec);
     attention_ = registry().create_backend(GetParam().backend)->create_attention();
   }
 

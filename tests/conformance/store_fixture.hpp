@@ -1,7 +1,9 @@
 // Shared pieces of the store conformance suite: the backends to test (every one the loader
-// finds, each skipped with its reason when unavailable), deterministic K/V rows, and tensors.
+// finds, each skipped with its reason when unavailable or lacking a format), deterministic K/V
+// rows, and tensors.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -24,24 +26,28 @@ inline std::vector<std::string> backend_names() {
   return registry().names(ComponentKind::backend);
 }
 
-// A store from `backend`, or a skip printing why the backend cannot run here.
-inline std::unique_ptr<CacheStore> open_store(const std::string& backend, const StoreSpec& spec) {
+// Why `backend` cannot run `spec` here, or empty when it can: not installed, unavailable (with
+// the backend's own reason), or a storage format it does not declare.
+inline std::string skip_reason(const std::string& backend, const StoreSpec& spec) {
   const ComponentInfo* info = registry().find(ComponentKind::backend, backend);
-  if (info == nullptr || !info->available) return nullptr;
-  auto store = registry().create_backend(backend)->create_store(spec);
-  return store;
+  if (info == nullptr) return "backend " + backend + " is not installed";
+  if (!info->available) return "backend " + backend + " unavailable: " + info->unavailable_reason;
+  const std::vector<std::string>& formats = info->capabilities.formats;
+  for (const std::string& f : {spec.k_format, spec.v_format})
+    if (!formats.empty() && std::find(formats.begin(), formats.end(), f) == formats.end())
+      return "backend " + backend + " does not support format " + f;
+  return {};
 }
 
-inline std::string unavailable_reason(const std::string& backend) {
-  const ComponentInfo* info = registry().find(ComponentKind::backend, backend);
-  return info ? info->unavailable_reason : "not installed";
+// A store from `backend`, or null when skip_reason() says why not.
+inline std::unique_ptr<CacheStore> open_store(const std::string& backend, const StoreSpec& spec) {
+  if (!skip_reason(backend, spec).empty()) return nullptr;
+  return registry().create_backend(backend)->create_store(spec);
 }
 
 #define KVCACHE_OPEN_STORE_OR_SKIP(var, backend_name, spec)          \
   auto var = ::kvcache::conformance::open_store(backend_name, spec); \
-  if (!var)                                                          \
-  GTEST_SKIP() << "backend " << backend_name                         \
-               << " unavailable: " << ::kvcache::conformance::unavailable_reason(backend_name)
+  if (!var) GTEST_SKIP() << ::kvcache::conformance::skip_reason(backend_name, spec)
 
 // A deterministic row for (token id, position, layer, head, K or V): equal inputs give equal
 // K/V, as in a real model, so prefix sharing is checkable.

@@ -113,12 +113,12 @@ TEST(PluginFaults, RequiredFolderNeedsOneWorkingPlugin) {
 
 TEST(PluginFaults, RequiredPluginNowhereToBeFound) {
   PluginSettings settings;
-  settings.required.push_back({"kvcache-cuda", {"c.yaml", 2, 1}});
+  settings.required.push_back({"kvcache-metal", {"c.yaml", 2, 1}});
   try {
     Registry::load(settings);
     FAIL();
   } catch (const ConfigError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("required plugin 'kvcache-cuda' was not found"));
+    EXPECT_THAT(e.what(), HasSubstr("required plugin 'kvcache-metal' was not found"));
   }
 }
 

@@ -1,0 +1,327 @@
+#include "device_store.hpp"
+
+#include <cstring>
+#include <string>
+
+#include "device_format.hpp"
+
+namespace kvcache::gpu {
+namespace {
+
+#if defined(KVCACHE_GPU_CUDA)
+constexpr DLDeviceType kDeviceType = kDLCUDA;
+constexpr bool host_type(DLDeviceType t) {
+  return t == kDLCPU || t == kDLCUDAHost;
+}
+#else
+constexpr DLDeviceType kDeviceType = kDLROCM;
+constexpr bool host_type(DLDeviceType t) {
+  return t == kDLCPU || t == kDLROCMHost;
+}
+#endif
+
+DeviceFormat format_on_device(const std::string& name, const nlohmann::json& options,
+                              std::uint32_t head_dim, std::uint32_t page_size) {
+  if (head_dim > kMaxHeadDim)
+    throw Error(Code::unsupported, std::string(kVendor) + " backend: head_dim " +
+                                       std::to_string(head_dim) + " exceeds " +
+                                       std::to_string(kMaxHeadDim));
+  return device_format(parse_format(name, options), head_dim, page_size, kVendor);
+}
+
+std::uint64_t elements(const DLTensor& t) {
+  std::uint64_t n = 1;
+  for (int i = 0; i < t.ndim; ++i) n *= static_cast<std::uint64_t>(t.shape[i]);
+  return n;
+}
+
+// Offsets of the pieces of one staging upload, each on a 16-byte boundary.
+class Staging {
+ public:
+  std::uint64_t add(std::uint64_t bytes) {
+    const std::uint64_t at = size_;
+    size_ = (size_ + bytes + 15) / 16 * 16;
+    return at;
+  }
+  std::uint64_t size() const { return size_; }
+
+ private:
+  std::uint64_t size_ = 0;
+};
+
+}  // namespace
+
+TensorView view_of(const DLTensor& t, std::uint64_t rows, std::uint32_t heads, std::uint32_t dim,
+                   int device, const char* name) {
+  const std::string want = std::string(name) + " must be a float32/float16/bfloat16 tensor [" +
+                           std::to_string(rows) + ", " + std::to_string(heads) + ", " +
+                           std::to_string(dim) + "], row-major, on the host or on " + kVendor +
+                           " device " + std::to_string(device);
+  const bool compact =
+      t.strides == nullptr || (t.ndim == 3 && t.strides[2] == 1 && t.strides[1] == dim &&
+                               t.strides[0] == static_cast<std::int64_t>(heads) * dim);
+  if (t.data == nullptr || t.ndim != 3 || t.shape[0] != static_cast<std::int64_t>(rows) ||
+      t.shape[1] != heads || t.shape[2] != dim || !compact || t.dtype.lanes != 1)
+    throw Error(Code::invalid_argument, want);
+  TensorView v;
+  if (t.dtype.code == kDLFloat && t.dtype.bits == 32)
+    v.dtype = Dtype::f32;
+  else if (t.dtype.code == kDLFloat && t.dtype.bits == 16)
+    v.dtype = Dtype::f16;
+  else if (t.dtype.code == kDLBfloat && t.dtype.bits == 16)
+    v.dtype = Dtype::bf16;
+  else
+    throw Error(Code::invalid_argument, want);
+  v.on_device = t.device.device_type == kDeviceType && t.device.device_id == device;
+  if (!v.on_device && !host_type(t.device.device_type)) throw Error(Code::invalid_argument, want);
+  v.data = static_cast<const std::byte*>(t.data) + t.byte_offset;
+  v.bytes = elements(t) * (t.dtype.bits / 8);
+  return v;
+}
+
+DeviceStore::DeviceStore(const StoreSpec& spec, int device) : book_(spec, *this), stream_(device) {
+  const ModelShape& m = spec.model;
+  pools_.kv_heads = m.kv_heads;
+  pools_.head_dim = m.head_dim;
+  pools_.k = format_on_device(spec.k_format, spec.k_options, m.head_dim, spec.page_size);
+  pools_.v = format_on_device(spec.v_format, spec.v_options, m.head_dim, spec.page_size);
+  const std::uint64_t pages = book_.total_pages();
+  pools_.k_pool_bytes = pages * m.kv_heads * pools_.k.tile_bytes;
+  pools_.layer_stride = pools_.k_pool_bytes + pages * m.kv_heads * pools_.v.tile_bytes;
+  page_bytes_ = std::uint64_t{m.layers} * m.kv_heads * (pools_.k.tile_bytes + pools_.v.tile_bytes);
+  const std::uint64_t total = pools_.layer_stride * m.layers;
+  pools_.pools = static_cast<std::uint8_t*>(memory_.reserve(total));
+  stream_.fill(pools_.pools, spec.poison_unused ? 0xFF : 0, total);
+  stream_.synchronize();
+}
+
+DeviceStore::~DeviceStore() = default;
+
+StoreInfo DeviceStore::info() const {
+  const StoreSpec& s = book_.spec();
+  return {s.page_size, book_.total_pages(), page_bytes_,
+          format_layout(parse_format(s.k_format, s.k_options), s.model.head_dim, s.page_size),
+          format_layout(parse_format(s.v_format, s.v_options), s.model.head_dim, s.page_size)};
+}
+
+StoreStats DeviceStore::stats() const {
+  std::shared_lock lock(mutex_);
+  return book_.stats(page_bytes_);
+}
+
+SeqId DeviceStore::create_sequence() {
+  std::unique_lock lock(mutex_);
+  return book_.create();
+}
+
+void DeviceStore::release(SeqId id) {
+  std::unique_lock lock(mutex_);
+  book_.release(id);
+}
+
+SeqId DeviceStore::fork(SeqId parent) {
+  std::unique_lock lock(mutex_);
+  return book_.fork(parent);
+}
+
+void DeviceStore::reserve(std::span<const SeqId> ids, std::span<const std::uint32_t> tokens) {
+  std::unique_lock lock(mutex_);
+  stream_.activate();
+  book_.reserve(ids, tokens);  // may poison or copy pages on the device
+  stream_.synchronize();
+}
+
+void DeviceStore::append(std::uint32_t layer, std::span<const SeqId> ids,
+                         std::span<const std::uint32_t> counts, const DLTensor& k,
+                         const DLTensor& v) {
+  std::unique_lock lock(mutex_);
+  const std::vector<paging::PageBook::Sequence*> seqs = book_.check_append(layer, ids, counts);
+  std::uint64_t rows = 0;
+  for (const std::uint32_t c : counts) rows += c;
+  const std::uint32_t heads = pools_.kv_heads, dim = pools_.head_dim;
+  const TensorView kt = view_of(k, rows, heads, dim, stream_.device(), "k");
+  const TensorView vt = view_of(v, rows, heads, dim, stream_.device(), "v");
+  if (rows == 0) return;
+  std::vector<std::uint32_t> where(2 * rows);  // pages, then slots
+  const std::uint32_t page_size = book_.page_size();
+  std::uint64_t r = 0;
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    for (std::uint64_t slot = seqs[i]->written[layer]; slot < seqs[i]->written[layer] + counts[i];
+         ++slot, ++r) {
+      where[r] = seqs[i]->pages[slot / page_size];
+      where[rows + r] = static_cast<std::uint32_t>(slot % page_size);
+    }
+  }
+  Staging staging;
+  const std::uint64_t where_at = staging.add(where.size() * 4);
+  const std::uint64_t k_at = kt.on_device ? 0 : staging.add(kt.bytes);
+  const std::uint64_t v_at = vt.on_device ? 0 : staging.add(vt.bytes);
+  auto* base = static_cast<std::uint8_t*>(staging_.reserve(staging.size()));
+  stream_.activate();
+  stream_.upload(base + where_at, where.data(), where.size() * 4);
+  if (!kt.on_device) stream_.upload(base + k_at, kt.data, kt.bytes);
+  if (!vt.on_device) stream_.upload(base + v_at, vt.data, vt.bytes);
+  EncodeArgs a;
+  a.pools = pools_;
+  a.layer = layer;
+  a.rows = rows;
+  a.k = kt.on_device ? kt.data : base + k_at;
+  a.v = vt.on_device ? vt.data : base + v_at;
+  a.k_dtype = kt.dtype;
+  a.v_dtype = vt.dtype;
+  a.row_page = reinterpret_cast<const std::uint32_t*>(base + where_at);
+  a.row_slot = a.row_page + rows;
+  launch_encode(a, stream_.get());
+  stream_.synchronize();
+  for (std::size_t i = 0; i < seqs.size(); ++i) seqs[i]->written[layer] += counts[i];
+}
+
+std::uint64_t DeviceStore::drop(SeqId id, std::span<const PositionRange> ranges) {
+  std::unique_lock lock(mutex_);
+  stream_.activate();
+  const std::uint64_t dropped = book_.drop(id, ranges);
+  stream_.synchronize();
+  return dropped;
+}
+
+std::uint64_t DeviceStore::length(SeqId id) const {
+  std::shared_lock lock(mutex_);
+  return book_.find(id).length;
+}
+
+std::uint64_t DeviceStore::written(SeqId id, std::uint32_t layer) const {
+  std::shared_lock lock(mutex_);
+  book_.check_layer(layer);
+  return book_.find(id).written[layer];
+}
+
+std::vector<Position> DeviceStore::positions(SeqId id) const {
+  std::shared_lock lock(mutex_);
+  return book_.positions(id);
+}
+
+void DeviceStore::publish_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
+  std::unique_lock lock(mutex_);
+  book_.publish_prefix(id, token_ids);
+}
+
+std::uint64_t DeviceStore::match_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
+  std::unique_lock lock(mutex_);
+  return book_.match_prefix(id, token_ids);
+}
+
+std::uint64_t DeviceStore::evict_cached(std::uint64_t count) {
+  std::unique_lock lock(mutex_);
+  return book_.evict_cached(count);
+}
+
+PageTable DeviceStore::page_table(std::span<const SeqId> ids) const {
+  std::shared_lock lock(mutex_);
+  return book_.page_table(ids);
+}
+
+std::vector<float> DeviceStore::scores(SeqId id) const {
+  std::shared_lock lock(mutex_);
+  return book_.find(id).scores;
+}
+
+void DeviceStore::gather(std::uint32_t layer, SeqId id, DLTensor& k, DLTensor& v) const {
+  std::unique_lock lock(mutex_);
+  book_.check_layer(layer);
+  const paging::PageBook::Sequence& s = book_.find(id);
+  const std::uint64_t n = s.written[layer];
+  const std::uint32_t heads = pools_.kv_heads, dim = pools_.head_dim;
+  for (DLTensor* t : {&k, &v}) {
+    const TensorView out = view_of(*t, n, heads, dim, stream_.device(), t == &k ? "k" : "v");
+    if (out.dtype != Dtype::f32 || out.on_device)
+      throw Error(Code::invalid_argument, "gather writes host float32 tensors");
+  }
+  if (n == 0) return;
+  std::vector<std::uint32_t> where(2 * n);
+  for (std::uint64_t slot = 0; slot < n; ++slot) {
+    where[slot] = s.pages[slot / book_.page_size()];
+    where[n + slot] = static_cast<std::uint32_t>(slot % book_.page_size());
+  }
+  const std::uint64_t floats = n * heads * dim;
+  Staging staging;
+  const std::uint64_t where_at = staging.add(where.size() * 4);
+  const std::uint64_t k_at = staging.add(floats * 4), v_at = staging.add(floats * 4);
+  auto* base = static_cast<std::uint8_t*>(staging_.reserve(staging.size()));
+  stream_.activate();
+  stream_.upload(base + where_at, where.data(), where.size() * 4);
+  DecodeArgs a;
+  a.pools = pools_;
+  a.layer = layer;
+  a.rows = n;
+  a.k = reinterpret_cast<float*>(base + k_at);
+  a.v = reinterpret_cast<float*>(base + v_at);
+  a.row_page = reinterpret_cast<const std::uint32_t*>(base + where_at);
+  a.row_slot = a.row_page + n;
+  launch_decode(a, stream_.get());
+  stream_.download(static_cast<std::byte*>(k.data) + k.byte_offset, a.k, floats * 4);
+  stream_.download(static_cast<std::byte*>(v.data) + v.byte_offset, a.v, floats * 4);
+  stream_.synchronize();
+}
+
+std::vector<std::byte> DeviceStore::read_tile(std::uint32_t page, std::uint32_t layer,
+                                              std::uint32_t head, bool value) const {
+  if (page >= book_.total_pages() || layer >= book_.spec().model.layers || head >= pools_.kv_heads)
+    throw Error(Code::invalid_argument, "read_tile: page, layer or head out of range");
+  std::unique_lock lock(mutex_);
+  const DeviceFormat& f = value ? pools_.v : pools_.k;
+  std::vector<std::byte> out(f.tile_bytes);
+  const std::uint8_t* tile = pools_.pools + layer * pools_.layer_stride +
+                             (value ? pools_.k_pool_bytes : 0) +
+                             (std::uint64_t{page} * pools_.kv_heads + head) * f.tile_bytes;
+  stream_.activate();
+  stream_.download(out.data(), tile, out.size());
+  stream_.synchronize();
+  return out;
+}
+
+void DeviceStore::poison(paging::PageId page, std::uint32_t from_slot) {
+  launch_poison(pools_, book_.spec().model.layers, book_.page_size(), page, from_slot,
+                stream_.get());
+}
+
+void DeviceStore::copy_page(paging::PageId from, paging::PageId to) {
+  for (std::uint32_t layer = 0; layer < book_.spec().model.layers; ++layer) {
+    for (const bool value : {false, true}) {
+      const std::uint64_t bytes = pools_.kv_heads * (value ? pools_.v : pools_.k).tile_bytes;
+      std::uint8_t* pool =
+          pools_.pools + layer * pools_.layer_stride + (value ? pools_.k_pool_bytes : 0);
+      stream_.copy(pool + to * bytes, pool + from * bytes, bytes);
+    }
+  }
+}
+
+void DeviceStore::move_slots(std::span<const paging::SlotMove> moves) {
+  if (moves.empty()) return;
+  const std::uint64_t n = moves.size();
+  std::vector<std::uint32_t> lists(4 * n);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    lists[i] = moves[i].from_page;
+    lists[n + i] = moves[i].from_slot;
+    lists[2 * n + i] = moves[i].to_page;
+    lists[3 * n + i] = moves[i].to_slot;
+  }
+  Staging staging;
+  const std::uint64_t lists_at = staging.add(lists.size() * 4);
+  const std::uint64_t scratch_at = staging.add(n * slot_bytes(pools_, book_.spec().model.layers));
+  auto* base = static_cast<std::uint8_t*>(staging_.reserve(staging.size()));
+  stream_.upload(base + lists_at, lists.data(), lists.size() * 4);
+  SlotMoveArgs a;
+  a.pools = pools_;
+  a.layers = book_.spec().model.layers;
+  a.moves = static_cast<std::uint32_t>(n);
+  a.from_page = reinterpret_cast<const std::uint32_t*>(base + lists_at);
+  a.from_slot = a.from_page + n;
+  a.to_page = a.from_page + 2 * n;
+  a.to_slot = a.from_page + 3 * n;
+  a.scratch = base + scratch_at;
+  launch_move_slots(a, stream_.get());
+  // The host list must outlive the asynchronous upload.
+  stream_.synchronize();
+}
+
+}  // namespace kvcache::gpu

@@ -1,0 +1,56 @@
+#include "gpu_backend.hpp"
+
+#include <string>
+
+#include "device_attention.hpp"
+#include "device_store.hpp"
+#include "gpu_runtime.hpp"
+#include "kvcache/formats.hpp"
+
+namespace kvcache::gpu {
+
+GpuBackend::GpuBackend(const sdk::Options& options) {
+  options.only({"device"});
+  device_ = options.get<int>("device", 0);
+  const int count = device_count();
+  if (device_ < 0 || device_ >= count)
+    throw Error(Code::invalid_argument, std::string(kVendor) + " backend: option 'device' is " +
+                                            std::to_string(device_) + ", but " +
+                                            std::to_string(count) + " devices exist");
+}
+
+sdk::Availability GpuBackend::availability() {
+  try {
+    if (device_count() == 0) return {false, std::string(kRuntime) + ": no device found"};
+    return {};
+  } catch (const Error& e) {
+    return {false, e.what()};
+  }
+}
+
+std::vector<std::string> GpuBackend::formats() {
+  std::vector<std::string> names;
+  for (const std::string& name : format_names())
+    if (!parse_format(name).groups_tokens()) names.push_back(name);
+  return names;
+}
+
+std::vector<DeviceInfo> GpuBackend::devices() const {
+  std::vector<DeviceInfo> out;
+  const int count = device_count();
+  for (int i = 0; i < count; ++i) {
+    const DeviceProperties p = device_properties(i);
+    out.push_back({static_cast<std::uint32_t>(i), p.name, p.memory_bytes, true, ""});
+  }
+  return out;
+}
+
+std::unique_ptr<CacheStore> GpuBackend::create_store(const StoreSpec& spec) {
+  return std::make_unique<DeviceStore>(spec, device_);
+}
+
+std::unique_ptr<Attention> GpuBackend::create_attention() {
+  return std::make_unique<DeviceAttention>(device_);
+}
+
+}  // namespace kvcache::gpu

@@ -1,0 +1,27 @@
+// The GPU backend (CUDA or HIP, by how it was compiled): its devices, whether it can run here
+// (the runtime's own reason when not), and its stores and attention on one chosen device.
+#pragma once
+
+#include "kvcache/backend.hpp"
+#include "kvcache/sdk/options.hpp"
+#include "kvcache/sdk/plugin.hpp"
+
+namespace kvcache::gpu {
+
+class GpuBackend final : public Backend {
+ public:
+  // Options: {device: N}, default 0.
+  explicit GpuBackend(const sdk::Options& options);
+  // Unavailable with the runtime's reason (no driver, no device) on a host without a GPU.
+  static sdk::Availability availability();
+  // The storage formats its kernels read and write.
+  static std::vector<std::string> formats();
+  std::vector<DeviceInfo> devices() const override;
+  std::unique_ptr<CacheStore> create_store(const StoreSpec& spec) override;
+  std::unique_ptr<Attention> create_attention() override;
+
+ private:
+  int device_ = 0;
+};
+
+}  // namespace kvcache::gpu

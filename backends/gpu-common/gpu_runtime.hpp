@@ -1,0 +1,144 @@
+// The vendor shim on the host side: one spelling for the CUDA and HIP runtime APIs, so the GPU
+// backend's host code is written once and compiled twice (KVCACHE_GPU_CUDA or KVCACHE_GPU_HIP).
+// GPU(Malloc) is cudaMalloc or hipMalloc, GPU(Stream_t) is cudaStream_t or hipStream_t, and so on.
+// Only the runtime API is used, never the driver API (a stray -lcuda links against the stub and
+// fails at load time on a machine without a driver).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#if defined(KVCACHE_GPU_CUDA)
+#include <cuda_runtime_api.h>
+#define GPU(name) cuda##name
+#elif defined(KVCACHE_GPU_HIP)
+#include <hip/hip_runtime_api.h>
+#define GPU(name) hip##name
+#else
+#error "define KVCACHE_GPU_CUDA or KVCACHE_GPU_HIP"
+#endif
+
+#include "kvcache/status.hpp"
+
+namespace kvcache::gpu {
+
+#if defined(KVCACHE_GPU_CUDA)
+inline constexpr const char* kVendor = "cuda";
+inline constexpr const char* kRuntime = "CUDA runtime";
+#else
+inline constexpr const char* kVendor = "hip";
+inline constexpr const char* kRuntime = "HIP runtime";
+#endif
+
+// "<runtime>: <what>: <error text> (error N)"
+inline std::string runtime_error_text(GPU(Error_t) status, const std::string& what) {
+  return std::string(kRuntime) + ": " + what + ": " + GPU(GetErrorString)(status) + " (error " +
+         std::to_string(static_cast<int>(status)) + ")";
+}
+
+inline void check(GPU(Error_t) status, const char* what) {
+  if (status == GPU(Success)) return;
+  const Code code = status == GPU(ErrorMemoryAllocation) ? Code::out_of_memory : Code::internal;
+  throw Error(code, runtime_error_text(status, what));
+}
+
+// Devices the runtime sees; throws Error(unavailable) with the runtime's reason when it cannot
+// tell (no driver, no device node).
+inline int device_count() {
+  int count = 0;  // left untouched by a failing call
+  const GPU(Error_t) status = GPU(GetDeviceCount)(&count);
+  if (status != GPU(Success))
+    throw Error(Code::unavailable, runtime_error_text(status, "count devices"));
+  return count;
+}
+
+struct DeviceProperties {
+  std::string name;
+  std::uint64_t memory_bytes = 0;
+  int processors = 1;  // streaming multiprocessors / compute units
+};
+
+inline DeviceProperties device_properties(int device) {
+#if defined(KVCACHE_GPU_CUDA)
+  cudaDeviceProp p{};
+#else
+  hipDeviceProp_t p{};
+#endif
+  check(GPU(GetDeviceProperties)(&p, device), "read device properties");
+  return {p.name, static_cast<std::uint64_t>(p.totalGlobalMem), p.multiProcessorCount};
+}
+
+// Device memory owned by one object; grows on demand (for scratch and staging).
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t bytes) { reserve(bytes); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+  ~DeviceBuffer() {
+    if (data_ != nullptr) (void)GPU(Free)(data_);
+  }
+
+  // At least `bytes` of device memory; old contents are not kept.
+  void* reserve(std::size_t bytes) {
+    if (bytes <= bytes_) return data_;
+    if (data_ != nullptr) check(GPU(Free)(data_), "free");
+    data_ = nullptr;
+    bytes_ = 0;
+    check(GPU(Malloc)(&data_, bytes), ("allocate " + std::to_string(bytes) + " bytes").c_str());
+    bytes_ = bytes;
+    return data_;
+  }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// A stream of its own per store or attention, on a chosen device.
+class Stream {
+ public:
+  explicit Stream(int device) : device_(device) {
+    check(GPU(SetDevice)(device), "select device");
+    check(GPU(StreamCreateWithFlags)(&stream_, GPU(StreamNonBlocking)), "create stream");
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream() { (void)GPU(StreamDestroy)(stream_); }
+  GPU(Stream_t) get() const { return stream_; }
+  int device() const { return device_; }
+  // Makes this stream's device current for the calling thread (runtime calls are per thread).
+  void activate() const { check(GPU(SetDevice)(device_), "select device"); }
+  void synchronize() const { check(GPU(StreamSynchronize)(stream_), "synchronize"); }
+  void upload(void* device, const void* host, std::size_t bytes) const {
+    if (bytes == 0) return;
+    check(GPU(MemcpyAsync)(device, host, bytes, GPU(MemcpyHostToDevice), stream_),
+          "copy to device");
+  }
+  void download(void* host, const void* device, std::size_t bytes) const {
+    if (bytes == 0) return;
+    check(GPU(MemcpyAsync)(host, device, bytes, GPU(MemcpyDeviceToHost), stream_), "copy to host");
+  }
+  void copy(void* to, const void* from, std::size_t bytes) const {
+    if (bytes == 0) return;
+    check(GPU(MemcpyAsync)(to, from, bytes, GPU(MemcpyDeviceToDevice), stream_), "copy on device");
+  }
+  void fill(void* device, int byte, std::size_t bytes) const {
+    check(GPU(MemsetAsync)(device, byte, bytes, stream_), "fill");
+  }
+
+ private:
+  int device_;
+  GPU(Stream_t) stream_{};
+};
+
+}  // namespace kvcache::gpu

@@ -1,0 +1,141 @@
+// The GPU kernels as the host code sees them: plain argument structs and one launcher each,
+// enqueued on a stream. Defined in kernels.cu, which nvcc (CUDA) or hipcc (HIP) compiles; the
+// rest of the backend is ordinary C++.
+#pragma once
+
+#include <cstdint>
+
+#include "device_codec.hpp"
+#include "gpu_runtime.hpp"
+
+namespace kvcache::gpu {
+
+// Where a store's tiles are: layer l's K pool at pools + l * layer_stride, its V pool
+// k_pool_bytes later; each pool is [page][kv_head] tiles.
+struct PoolLayout {
+  std::uint8_t* pools = nullptr;
+  std::uint64_t layer_stride = 0;
+  std::uint64_t k_pool_bytes = 0;
+  std::uint32_t kv_heads = 0;
+  std::uint32_t head_dim = 0;
+  DeviceFormat k, v;
+};
+
+// Element types of tensors crossing the API.
+enum class Dtype : std::uint32_t { f32, f16, bf16 };
+
+// Encodes rows [rows, kv_heads, head_dim] of K and V into their slots of one layer.
+struct EncodeArgs {
+  PoolLayout pools;
+  std::uint32_t layer = 0;
+  std::uint64_t rows = 0;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  Dtype k_dtype = Dtype::f32, v_dtype = Dtype::f32;
+  const std::uint32_t* row_page = nullptr;  // [rows]
+  const std::uint32_t* row_slot = nullptr;  // [rows]
+};
+void launch_encode(const EncodeArgs& a, GPU(Stream_t) stream);
+
+// Decodes slots into float32 rows [n, kv_heads, head_dim] of K and V.
+struct DecodeArgs {
+  PoolLayout pools;
+  std::uint32_t layer = 0;
+  std::uint64_t rows = 0;
+  float* k = nullptr;
+  float* v = nullptr;
+  const std::uint32_t* row_page = nullptr;
+  const std::uint32_t* row_slot = nullptr;
+};
+void launch_decode(const DecodeArgs& a, GPU(Stream_t) stream);
+
+// Fills slots [from_slot, page_size) of every tile of one page with 0xFF (all of it from 0).
+void launch_poison(const PoolLayout& pools, std::uint32_t layers, std::uint32_t page_size,
+                   std::uint32_t page, std::uint32_t from_slot, GPU(Stream_t) stream);
+
+// Moves slots (codes and meta of every layer, head, K and V) through `scratch`, which holds
+// moves * slot_bytes(pools, layers): every source is read before any destination is written.
+struct SlotMoveArgs {
+  PoolLayout pools;
+  std::uint32_t layers = 0;
+  std::uint32_t moves = 0;
+  const std::uint32_t* from_page = nullptr;  // [moves] each
+  const std::uint32_t* from_slot = nullptr;
+  const std::uint32_t* to_page = nullptr;
+  const std::uint32_t* to_slot = nullptr;
+  std::uint8_t* scratch = nullptr;
+};
+std::uint64_t slot_bytes(const PoolLayout& pools, std::uint32_t layers);
+void launch_move_slots(const SlotMoveArgs& a, GPU(Stream_t) stream);
+
+// Paged attention. Work items are (query, kv head, heads of its group [head0, head0 + heads),
+// a run of its visible slots); each writes a partial softmax state that merge combines.
+struct WorkItem {
+  std::uint32_t query;
+  std::uint32_t kv_head;
+  std::uint32_t head0;  // first query head, within the group
+  std::uint32_t heads;  // at most kMaxItemHeads
+  std::uint32_t first;  // index among the query's visible slots
+  std::uint32_t count;
+};
+inline constexpr std::uint32_t kMaxItemHeads = 8;
+inline constexpr std::uint32_t kMaxHeadDim = 256;
+
+struct AttentionArgs {
+  PoolLayout pools;
+  std::uint32_t layer = 0;
+  std::uint32_t page_size = 0;
+  std::uint32_t q_heads = 0;
+  float scale = 0.0f;       // log2(e) / sqrt(head_dim) or the caller's, times log2(e)
+  const void* q = nullptr;  // [queries, q_heads, head_dim]
+  Dtype q_dtype = Dtype::f32;
+  // Per query: its sequence's pages at pages + page_offset[query], and its visible slots as
+  // spans [span_offset[query], span_offset[query + 1]) of (begin, end) pairs.
+  const std::uint32_t* pages = nullptr;
+  const std::uint64_t* page_offset = nullptr;
+  const std::uint32_t* span_offset = nullptr;
+  const std::uint64_t* spans = nullptr;
+  const WorkItem* items = nullptr;
+  std::uint32_t n_items = 0;
+  // Per item and head of the item: running max and sum (2 floats) and weighted values [dim].
+  float* partial = nullptr;
+  // When scores are wanted (else null): base-2 logits of query i at logits + offset[i] * q_heads,
+  // [q_head][visible index], where offset (queries + 1 entries) sums the visible slot counts.
+  float* logits = nullptr;
+  const std::uint64_t* logit_offset = nullptr;
+};
+void launch_attend(const AttentionArgs& a, GPU(Stream_t) stream);
+
+// Combines the partial states of each (query, q head) and writes out[query][head][dim] in
+// `out_dtype`; keeps the final max and sum per (query, head) in `final_state` for scores.
+struct MergeArgs {
+  std::uint32_t queries = 0;
+  std::uint32_t q_heads = 0;
+  std::uint32_t kv_heads = 0;
+  std::uint32_t head_dim = 0;
+  const WorkItem* items = nullptr;
+  const std::uint32_t* first_item = nullptr;  // per (query, kv head): items [first, next first)
+  const float* partial = nullptr;
+  void* out = nullptr;
+  Dtype out_dtype = Dtype::f32;
+  float* final_state = nullptr;  // [queries][q_heads][2]
+};
+void launch_merge(const MergeArgs& a, GPU(Stream_t) stream);
+
+// Adds each visible slot's softmax weight, summed over the query heads, to scores[slot] of the
+// query's sequence (at scores + score_offset[query]).
+struct ScoreArgs {
+  std::uint32_t queries = 0;
+  std::uint32_t q_heads = 0;
+  const std::uint32_t* span_offset = nullptr;
+  const std::uint64_t* spans = nullptr;
+  const std::uint64_t* logit_offset = nullptr;  // as in AttentionArgs
+  std::uint64_t max_visible = 0;                // of any query
+  const float* logits = nullptr;
+  const float* final_state = nullptr;
+  float* scores = nullptr;
+  const std::uint64_t* score_offset = nullptr;
+};
+void launch_scores(const ScoreArgs& a, GPU(Stream_t) stream);
+
+}  // namespace kvcache::gpu

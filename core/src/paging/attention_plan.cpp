@@ -1,0 +1,81 @@
+#include "kvcache/paging/attention_plan.hpp"
+
+#include <string>
+
+#include "kvcache/status.hpp"
+
+namespace kvcache::paging {
+namespace {
+
+void check_shape(const DLTensor* t, const char* name, std::uint64_t queries, const ModelShape& m) {
+  const std::string want = std::string(name) + " must be [" + std::to_string(queries) + ", " +
+                           std::to_string(m.q_heads) + ", " + std::to_string(m.head_dim) +
+                           "], row-major";
+  if (t == nullptr || t->data == nullptr)
+    throw Error(Code::invalid_argument, std::string(name) + " is required");
+  if (t->ndim != 3 || t->shape[0] != static_cast<std::int64_t>(queries) ||
+      t->shape[1] != m.q_heads || t->shape[2] != m.head_dim)
+    throw Error(Code::invalid_argument, want);
+  if (t->strides != nullptr && (t->strides[2] != 1 || t->strides[1] != m.head_dim ||
+                                t->strides[0] != static_cast<std::int64_t>(m.q_heads) * m.head_dim))
+    throw Error(Code::invalid_argument, want);
+}
+
+// The first of the `written` slots of `s` whose position is at least `target`.
+std::uint64_t lower_slot(const PageBook& book, const PageBook::Sequence& s, std::uint64_t written,
+                         Position target) {
+  const std::uint32_t p = book.page_size();
+  std::uint64_t lo = 0, hi = written;
+  while (lo < hi) {
+    const std::uint64_t mid = (lo + hi) / 2;
+    (book.positions_of(s.pages[mid / p])[mid % p] < target ? lo = mid + 1 : hi = mid);
+  }
+  return lo;
+}
+
+}  // namespace
+
+AttentionPlan plan_attention(const PageBook& book, const AttentionRequest& r, bool prefill) {
+  const ModelShape& m = book.spec().model;
+  if (prefill != !r.query_counts.empty())
+    throw Error(Code::invalid_argument,
+                prefill ? "prefill needs query_counts" : "decode takes no query_counts");
+  if (prefill && r.query_counts.size() != r.sequences.size())
+    throw Error(Code::invalid_argument, "one query count per sequence");
+  book.check_layer(r.layer);
+  AttentionPlan plan;
+  for (std::size_t i = 0; i < r.sequences.size(); ++i) {
+    const PageBook::Sequence& s = book.find(r.sequences[i]);
+    plan.written.push_back(s.written[r.layer]);
+    const std::uint32_t n = prefill ? r.query_counts[i] : 1;
+    if (n > s.written[r.layer])
+      throw Error(Code::invalid_argument, "sequence " + std::to_string(r.sequences[i]) +
+                                              " has only " + std::to_string(s.written[r.layer]) +
+                                              " written slots for " + std::to_string(n) +
+                                              (n == 1 ? " query" : " queries"));
+    plan.query_sequence.insert(plan.query_sequence.end(), n, i);
+  }
+  plan.queries = plan.query_sequence.size();
+  check_shape(r.q, "q", plan.queries, m);
+  check_shape(r.out, "out", plan.queries, m);
+  const VisibleRanges& v = r.visible;
+  if (v.max_ranges == 0 || v.counts.size() != plan.queries ||
+      v.ranges.size() < plan.queries * v.max_ranges)
+    throw Error(Code::invalid_argument,
+                "visible ranges: one entry of max_ranges ranges per query (" +
+                    std::to_string(plan.queries) + " queries)");
+  plan.visible.resize(plan.queries);
+  for (std::uint64_t i = 0; i < plan.queries; ++i) {
+    const std::size_t seq = plan.query_sequence[i];
+    const PageBook::Sequence& s = book.find(r.sequences[seq]);
+    for (std::uint32_t k = 0; k < v.counts[i] && k < v.max_ranges; ++k) {
+      const PositionRange range = v.ranges[i * v.max_ranges + k];
+      const SlotSpan span{lower_slot(book, s, plan.written[seq], range.begin),
+                          lower_slot(book, s, plan.written[seq], range.end)};
+      if (span.end > span.begin) plan.visible[i].push_back(span);
+    }
+  }
+  return plan;
+}
+
+}  // namespace kvcache::paging
