@@ -60,8 +60,9 @@ TensorView view_of(const DLTensor& t, std::uint64_t rows, std::uint32_t heads, s
   const bool compact =
       t.strides == nullptr || (t.ndim == 3 && t.strides[2] == 1 && t.strides[1] == dim &&
                                t.strides[0] == static_cast<std::int64_t>(heads) * dim);
-  if (t.data == nullptr || t.ndim != 3 || t.shape[0] != static_cast<std::int64_t>(rows) ||
-      t.shape[1] != heads || t.shape[2] != dim || !compact || t.dtype.lanes != 1)
+  if ((t.data == nullptr && rows > 0) || t.ndim != 3 ||
+      t.shape[0] != static_cast<std::int64_t>(rows) || t.shape[1] != heads || t.shape[2] != dim ||
+      !compact || t.dtype.lanes != 1)
     throw Error(Code::invalid_argument, want);
   TensorView v;
   if (t.dtype.code == kDLFloat && t.dtype.bits == 32)

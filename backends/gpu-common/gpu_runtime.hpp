@@ -16,8 +16,11 @@
 #elif defined(KVCACHE_GPU_HIP)
 #include <hip/hip_runtime_api.h>
 #define GPU(name) hip##name
+#elif defined(KVCACHE_GPU_EMULATED)
+#include "emulated_runtime.hpp"  // tests/gpu-emulator: this code on the CPU, in the tests
+#define GPU(name) emu##name
 #else
-#error "define KVCACHE_GPU_CUDA or KVCACHE_GPU_HIP"
+#error "define KVCACHE_GPU_CUDA, KVCACHE_GPU_HIP or (in the tests) KVCACHE_GPU_EMULATED"
 #endif
 
 #include "kvcache/status.hpp"
@@ -27,9 +30,12 @@ namespace kvcache::gpu {
 #if defined(KVCACHE_GPU_CUDA)
 inline constexpr const char* kVendor = "cuda";
 inline constexpr const char* kRuntime = "CUDA runtime";
-#else
+#elif defined(KVCACHE_GPU_HIP)
 inline constexpr const char* kVendor = "hip";
 inline constexpr const char* kRuntime = "HIP runtime";
+#else
+inline constexpr const char* kVendor = "gpu-emulated";
+inline constexpr const char* kRuntime = "GPU emulator";
 #endif
 
 // "<runtime>: <what>: <error text> (error N)"
@@ -63,8 +69,10 @@ struct DeviceProperties {
 inline DeviceProperties device_properties(int device) {
 #if defined(KVCACHE_GPU_CUDA)
   cudaDeviceProp p{};
-#else
+#elif defined(KVCACHE_GPU_HIP)
   hipDeviceProp_t p{};
+#else
+  emuDeviceProp p{};
 #endif
   check(GPU(GetDeviceProperties)(&p, device), "read device properties");
   return {p.name, static_cast<std::uint64_t>(p.totalGlobalMem), p.multiProcessorCount};

@@ -1,12 +1,20 @@
-// The GPU kernels, one source for nvcc and hipcc. The only vendor differences are the runtime
-// header and the warp shuffle, whose width is fixed at 32 lanes: NVIDIA warps, and the halves of
-// an AMD wave64 (or a whole wave32), behave the same.
+// The GPU kernels, one source for nvcc and hipcc (and, in the tests, for the C++ compiler over the
+// CPU emulator of tests/gpu-emulator). The vendor differences are the runtime header, the launch
+// and the warp shuffle, whose width is fixed at 32 lanes: NVIDIA warps, and the halves of an AMD
+// wave64 (or a whole wave32), behave the same.
 #if defined(__HIPCC__)
 #include <hip/hip_runtime.h>
 #define KVC_SHFL_XOR(v, mask) __shfl_xor((v), (mask), 32)
-#else
+#define KVC_LAUNCH(kernel, grid, block, stream) kernel<<<(grid), (block), 0, (stream)>>>
+#elif defined(__CUDACC__)
 #include <cuda_runtime.h>
 #define KVC_SHFL_XOR(v, mask) __shfl_xor_sync(0xFFFFFFFFu, (v), (mask), 32)
+#define KVC_LAUNCH(kernel, grid, block, stream) kernel<<<(grid), (block), 0, (stream)>>>
+#else
+#include "emulated_device.hpp"
+#define KVC_SHFL_XOR(v, mask) ::kvcache::gpu::emu::shfl_xor((v), (mask))
+#define KVC_LAUNCH(kernel, grid, block, stream) \
+  ::kvcache::gpu::emu::launch((grid), (block), (stream), kernel)
 #endif
 
 #include "kernels.hpp"
@@ -299,20 +307,21 @@ __global__ void scores_kernel(ScoreArgs a) {
 void launch_encode(const EncodeArgs& a, GPU(Stream_t) stream) {
   const std::uint64_t threads = a.rows * a.pools.kv_heads * 2;
   if (threads == 0) return;
-  encode_kernel<<<blocks_for(threads, 128), 128, 0, stream>>>(a);
+  KVC_LAUNCH(encode_kernel, blocks_for(threads, 128), 128, stream)(a);
   check_launch("encode kernel");
 }
 
 void launch_decode(const DecodeArgs& a, GPU(Stream_t) stream) {
   const std::uint64_t threads = a.rows * a.pools.kv_heads * 2;
   if (threads == 0) return;
-  decode_kernel<<<blocks_for(threads, 128), 128, 0, stream>>>(a);
+  KVC_LAUNCH(decode_kernel, blocks_for(threads, 128), 128, stream)(a);
   check_launch("decode kernel");
 }
 
 void launch_poison(const PoolLayout& pools, std::uint32_t layers, std::uint32_t page_size,
                    std::uint32_t page, std::uint32_t from_slot, GPU(Stream_t) stream) {
-  poison_kernel<<<layers * pools.kv_heads * 2, 256, 0, stream>>>(pools, page_size, page, from_slot);
+  KVC_LAUNCH(poison_kernel, layers * pools.kv_heads * 2, 256, stream)
+  (pools, page_size, page, from_slot);
   check_launch("poison kernel");
 }
 
@@ -324,9 +333,9 @@ std::uint64_t slot_bytes(const PoolLayout& p, std::uint32_t layers) {
 void launch_move_slots(const SlotMoveArgs& a, GPU(Stream_t) stream) {
   if (a.moves == 0) return;
   const std::uint64_t bytes = slot_bytes(a.pools, a.layers);
-  move_kernel<<<a.moves, 256, 0, stream>>>(a, bytes, true);
+  KVC_LAUNCH(move_kernel, a.moves, 256, stream)(a, bytes, true);
   check_launch("slot gather kernel");
-  move_kernel<<<a.moves, 256, 0, stream>>>(a, bytes, false);
+  KVC_LAUNCH(move_kernel, a.moves, 256, stream)(a, bytes, false);
   check_launch("slot scatter kernel");
 }
 
@@ -335,26 +344,26 @@ void launch_attend(const AttentionArgs& a, GPU(Stream_t) stream) {
   const std::uint32_t dims = (a.pools.head_dim + kWarp - 1) / kWarp;
   const dim3 grid(a.n_items), block(kWarp * kAttendWarps);
   if (dims <= 1)
-    attend_kernel<1><<<grid, block, 0, stream>>>(a);
+    KVC_LAUNCH(attend_kernel<1>, grid, block, stream)(a);
   else if (dims <= 2)
-    attend_kernel<2><<<grid, block, 0, stream>>>(a);
+    KVC_LAUNCH(attend_kernel<2>, grid, block, stream)(a);
   else if (dims <= 4)
-    attend_kernel<4><<<grid, block, 0, stream>>>(a);
+    KVC_LAUNCH(attend_kernel<4>, grid, block, stream)(a);
   else
-    attend_kernel<8><<<grid, block, 0, stream>>>(a);
+    KVC_LAUNCH(attend_kernel<8>, grid, block, stream)(a);
   check_launch("attention kernel");
 }
 
 void launch_merge(const MergeArgs& a, GPU(Stream_t) stream) {
   if (a.queries == 0) return;
-  merge_kernel<<<a.queries * a.q_heads, 128, 0, stream>>>(a);
+  KVC_LAUNCH(merge_kernel, a.queries * a.q_heads, 128, stream)(a);
   check_launch("merge kernel");
 }
 
 void launch_scores(const ScoreArgs& a, GPU(Stream_t) stream) {
   if (a.queries == 0 || a.max_visible == 0) return;
   const dim3 grid(blocks_for(a.max_visible, 256), a.queries < 65535u ? a.queries : 65535u);
-  scores_kernel<<<grid, 256, 0, stream>>>(a);
+  KVC_LAUNCH(scores_kernel, grid, 256, stream)(a);
   check_launch("score kernel");
 }
 

@@ -17,8 +17,14 @@
 
 namespace kvcache::conformance {
 
+// The installed plugins, plus the test-only GPU emulator backend: gpu-common's own code on the
+// CPU, so the GPU backends' logic is checked here even without a GPU.
 inline const Registry& registry() {
-  static const auto r = Registry::load(PluginSettings{});
+  static const auto r = [] {
+    PluginSettings settings;
+    settings.paths.push_back({KVCACHE_TEST_GPU_EMULATOR, true, {}});
+    return Registry::load(settings);
+  }();
   return *r;
 }
 

@@ -1,0 +1,47 @@
+// Device builtins for kernels.cu compiled as plain C++ in the tests: each block's threads run as
+// fibers on the launching thread, switching at __syncthreads and at warp shuffles (warps of 32),
+// which is all the synchronisation the kernels use. Blocks run one after another, so shared
+// memory is thread_local and atomics are plain additions.
+#pragma once
+
+#include <cmath>
+#include <functional>
+
+#define __global__
+#define __device__
+#define __host__
+#define __launch_bounds__(...)
+#define __shared__ static thread_local
+#define __syncthreads() ::kvcache::gpu::emu::sync_block()
+
+namespace kvcache::gpu {
+
+struct dim3 {
+  dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+  unsigned x, y, z;
+};
+
+extern thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+inline float atomicAdd(float* p, float v) {
+  const float old = *p;
+  *p = old + v;
+  return old;
+}
+
+namespace emu {
+
+void sync_block();
+// The value of lane (this lane ^ mask) of this warp.
+float shfl_xor(float v, int mask);
+// Runs `body` for every thread of every block of the grid.
+void run(dim3 grid, dim3 block, const std::function<void()>& body);
+
+// kernel<<<grid, block, 0, stream>>>(args...) is launch(grid, block, stream, kernel)(args...).
+template <class... P>
+auto launch(dim3 grid, dim3 block, void* /*stream*/, void (*kernel)(P...)) {
+  return [=](auto... args) { run(grid, block, [&] { kernel(args...); }); };
+}
+
+}  // namespace emu
+}  // namespace kvcache::gpu

@@ -1,0 +1,69 @@
+// The "emu" vendor for gpu_runtime.hpp: a CUDA-shaped runtime API over host memory, so the GPU
+// backend's host code and kernels run unchanged on the CPU in the tests (kernels on fibers, see
+// emulated_device.hpp). Calls complete before they return; streams are only handles.
+#pragma once
+
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+
+enum emuError_t { emuSuccess = 0, emuErrorInvalidValue = 1, emuErrorMemoryAllocation = 2 };
+enum emuMemcpyKind { emuMemcpyHostToDevice, emuMemcpyDeviceToHost, emuMemcpyDeviceToDevice };
+using emuStream_t = void*;
+inline constexpr unsigned emuStreamNonBlocking = 1;
+
+struct emuDeviceProp {
+  char name[256];
+  std::size_t totalGlobalMem;
+  int multiProcessorCount;
+};
+
+inline const char* emuGetErrorString(emuError_t e) {
+  return e == emuSuccess                 ? "no error"
+         : e == emuErrorMemoryAllocation ? "out of memory"
+                                         : "invalid value";
+}
+inline emuError_t emuGetLastError() {
+  return emuSuccess;
+}
+inline emuError_t emuGetDeviceCount(int* count) {
+  *count = 1;
+  return emuSuccess;
+}
+inline emuError_t emuGetDeviceProperties(emuDeviceProp* p, int device) {
+  if (device != 0) return emuErrorInvalidValue;
+  std::strcpy(p->name, "kvcache GPU emulator (kernels on CPU fibers)");
+  p->totalGlobalMem = std::size_t{1} << 30;
+  p->multiProcessorCount = 2;  // small, so that long sequences are split and merged
+  return emuSuccess;
+}
+inline emuError_t emuSetDevice(int device) {
+  return device == 0 ? emuSuccess : emuErrorInvalidValue;
+}
+inline emuError_t emuMalloc(void** p, std::size_t bytes) {
+  *p = std::malloc(bytes == 0 ? 1 : bytes);
+  return *p != nullptr ? emuSuccess : emuErrorMemoryAllocation;
+}
+inline emuError_t emuFree(void* p) {
+  std::free(p);
+  return emuSuccess;
+}
+inline emuError_t emuMemcpyAsync(void* to, const void* from, std::size_t bytes, emuMemcpyKind,
+                                 emuStream_t) {
+  std::memmove(to, from, bytes);
+  return emuSuccess;
+}
+inline emuError_t emuMemsetAsync(void* p, int byte, std::size_t bytes, emuStream_t) {
+  std::memset(p, byte, bytes);
+  return emuSuccess;
+}
+inline emuError_t emuStreamCreateWithFlags(emuStream_t* s, unsigned) {
+  *s = nullptr;
+  return emuSuccess;
+}
+inline emuError_t emuStreamDestroy(emuStream_t) {
+  return emuSuccess;
+}
+inline emuError_t emuStreamSynchronize(emuStream_t) {
+  return emuSuccess;
+}

@@ -1,0 +1,127 @@
+#include <boost/context/fiber.hpp>
+#include <boost/context/pooled_fixedsize_stack.hpp>
+#include <stdexcept>
+#include <vector>
+
+#include "emulated_device.hpp"
+
+namespace kvcache::gpu {
+
+thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+namespace emu {
+namespace {
+
+namespace ctx = boost::context;
+constexpr unsigned kWarp = 32;
+
+enum class State { ready, at_block_barrier, at_warp_barrier, done };
+
+struct Lane {
+  ctx::fiber fiber;
+  ctx::fiber scheduler;  // where this lane returns when it waits or ends
+  State state = State::ready;
+};
+
+struct Block {
+  std::vector<Lane> lanes;
+  std::vector<float> exchange;  // one value per lane, for shuffles
+  std::vector<unsigned> warp_waiting, warp_done;
+  unsigned block_waiting = 0, done = 0;
+};
+
+thread_local Block* current_block = nullptr;
+thread_local unsigned current_lane = 0;
+
+void wait(State at) {
+  Lane& lane = current_block->lanes[current_lane];
+  lane.state = at;
+  if (at == State::at_block_barrier)
+    ++current_block->block_waiting;
+  else
+    ++current_block->warp_waiting[current_lane / kWarp];
+  lane.scheduler = std::move(lane.scheduler).resume();
+}
+
+unsigned warp_size(const Block& b, unsigned w) {
+  const auto n = static_cast<unsigned>(b.lanes.size());
+  return std::min(kWarp, n - w * kWarp);
+}
+
+void run_block(const dim3& block, const std::function<void()>& body) {
+  static thread_local ctx::pooled_fixedsize_stack stacks(64 * 1024);
+  const unsigned n = block.x * block.y * block.z, warps = (n + kWarp - 1) / kWarp;
+  Block b;
+  b.lanes.resize(n);
+  b.exchange.resize(n);
+  b.warp_waiting.assign(warps, 0);
+  b.warp_done.assign(warps, 0);
+  for (unsigned i = 0; i < n; ++i) {
+    b.lanes[i].fiber = ctx::fiber(std::allocator_arg, stacks, [&b, &body, i](ctx::fiber&& from) {
+      b.lanes[i].scheduler = std::move(from);
+      body();
+      b.lanes[i].state = State::done;
+      return std::move(b.lanes[i].scheduler);
+    });
+  }
+  current_block = &b;
+  while (b.done < n) {
+    bool ran = false;
+    for (unsigned i = 0; i < n; ++i) {
+      Lane& lane = b.lanes[i];
+      if (lane.state != State::ready) continue;
+      threadIdx = dim3(i % block.x, i / block.x % block.y, i / (block.x * block.y));
+      current_lane = i;
+      lane.fiber = std::move(lane.fiber).resume();
+      ran = true;
+      if (lane.state == State::done) {
+        ++b.done;
+        ++b.warp_done[i / kWarp];
+      }
+    }
+    if (b.block_waiting > 0 && b.block_waiting + b.done == n) {
+      for (Lane& lane : b.lanes)
+        if (lane.state == State::at_block_barrier) lane.state = State::ready;
+      b.block_waiting = 0;
+      ran = true;
+    }
+    for (unsigned w = 0; w < warps; ++w) {
+      if (b.warp_waiting[w] == 0 || b.warp_waiting[w] + b.warp_done[w] != warp_size(b, w)) continue;
+      for (unsigned i = w * kWarp; i < w * kWarp + warp_size(b, w); ++i)
+        if (b.lanes[i].state == State::at_warp_barrier) b.lanes[i].state = State::ready;
+      b.warp_waiting[w] = 0;
+      ran = true;
+    }
+    if (!ran) throw std::logic_error("GPU emulator: threads wait at barriers that can never open");
+  }
+  current_block = nullptr;
+}
+
+}  // namespace
+
+void sync_block() {
+  wait(State::at_block_barrier);
+}
+
+float shfl_xor(float v, int mask) {
+  const unsigned lane = current_lane;
+  current_block->exchange[lane] = v;
+  wait(State::at_warp_barrier);
+  const float r = current_block->exchange[(lane & ~(kWarp - 1)) | ((lane % kWarp) ^ mask)];
+  wait(State::at_warp_barrier);  // nobody writes the next value before all have read
+  return r;
+}
+
+void run(dim3 grid, dim3 block, const std::function<void()>& body) {
+  gridDim = grid;
+  blockDim = block;
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        blockIdx = dim3(x, y, z);
+        run_block(block, body);
+      }
+}
+
+}  // namespace emu
+}  // namespace kvcache::gpu
