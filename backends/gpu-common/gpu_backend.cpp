@@ -1,6 +1,9 @@
 #include "gpu_backend.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <string>
+#include <vector>
 
 #include "device_attention.hpp"
 #include "device_store.hpp"
@@ -51,6 +54,24 @@ std::unique_ptr<CacheStore> GpuBackend::create_store(const StoreSpec& spec) {
 
 std::unique_ptr<Attention> GpuBackend::create_attention() {
   return std::make_unique<DeviceAttention>(device_);
+}
+
+std::optional<double> GpuBackend::memory_bandwidth_gbps(std::uint64_t bytes) {
+  const Stream stream(device_);
+  DeviceBuffer from(bytes), to(bytes);
+  stream.fill(from.as<void>(), 1, bytes);
+  stream.copy(to.as<void>(), from.as<void>(), bytes);  // warm-up
+  stream.synchronize();
+  std::vector<double> rates;
+  for (int i = 0; i < 5; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    stream.copy(to.as<void>(), from.as<void>(), bytes);
+    stream.synchronize();
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    rates.push_back(2.0 * static_cast<double>(bytes) / took.count() / 1e9);
+  }
+  std::nth_element(rates.begin(), rates.begin() + rates.size() / 2, rates.end());
+  return rates[rates.size() / 2];
 }
 
 }  // namespace kvcache::gpu

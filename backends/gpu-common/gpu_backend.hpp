@@ -19,6 +19,8 @@ class GpuBackend final : public Backend {
   std::vector<DeviceInfo> devices() const override;
   std::unique_ptr<CacheStore> create_store(const StoreSpec& spec) override;
   std::unique_ptr<Attention> create_attention() override;
+  // Device-to-device copies of `bytes`, the median of five, reads and writes counted.
+  std::optional<double> memory_bandwidth_gbps(std::uint64_t bytes) override;
 
  private:
   int device_ = 0;

@@ -167,6 +167,8 @@ TEST_F(PluginRoundTrip, BackendDevicesAndAvailability) {
   EXPECT_TRUE(devices[0].available);
   EXPECT_FALSE(devices[2].available);
   EXPECT_EQ(devices[2].reason, "busy");
+  // A backend that keeps no memory of its own leaves the bandwidth to its caller (ABI 1.1).
+  EXPECT_FALSE(backend->memory_bandwidth_gbps(1 << 20).has_value());
 
   const ComponentInfo* offline = registry_->find(ComponentKind::backend, "test-offline");
   ASSERT_NE(offline, nullptr);

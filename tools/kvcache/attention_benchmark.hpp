@@ -34,6 +34,7 @@ struct AttentionBenchResult {
   double seconds = 0.0;        // median per call
   double gbps = 0.0;
   double read_bandwidth_gbps = 0.0;
+  std::string bandwidth_probe;  // "host read", or "device copy" for a GPU backend
   double bandwidth_fraction = 0.0;
   double tokens_per_second = 0.0;  // decode steps of the batch per second, this one layer
   std::uint64_t calls = 0;

@@ -138,12 +138,12 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
         "threads\n"
         "KV read per call:   {:.2f} MB (scales included)\n"
         "time per call:      {:.3f} ms (median of {})\n"
-        "attention:          {:.1f} GB/s = {:.2f} of read bandwidth ({:.1f} GB/s, measured in this "
-        "run)\n"
+        "attention:          {:.1f} GB/s = {:.2f} of memory bandwidth ({:.1f} GB/s, {}, measured "
+        "in this run)\n"
         "tokens/s:           {:.0f}\n",
         o.backend, o.k_format, o.v_format, o.tokens, o.batch, o.q_heads, o.kv_heads, o.head_dim,
         o.page_size, f->mask, r.threads, r.kv_bytes / 1e6, r.seconds * 1e3, r.calls, r.gbps,
-        r.bandwidth_fraction, r.read_bandwidth_gbps, r.tokens_per_second);
+        r.bandwidth_fraction, r.read_bandwidth_gbps, r.bandwidth_probe, r.tokens_per_second);
   });
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,12 @@ class Backend {
   virtual std::unique_ptr<CacheStore> create_store(const StoreSpec& spec) = 0;
   // Attention over this backend's stores.
   virtual std::unique_ptr<Attention> create_attention() = 0;
+  // GB/s of the memory this backend's stores live in, measured now by copying `bytes` within it
+  // (reads and writes both counted); nullopt when that is host memory, which callers measure
+  // themselves. Benchmarks report attention as a fraction of it.
+  virtual std::optional<double> memory_bandwidth_gbps(std::uint64_t /*bytes*/) {
+    return std::nullopt;
+  }
 };
 
 }  // namespace kvcache

@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 #define KVC_ABI_MAJOR 1
-#define KVC_ABI_MINOR 0
+#define KVC_ABI_MINOR 1
 #define KVC_ENTRY_SYMBOL "kvcache_plugin_entry"
 
 /* ---- status ------------------------------------------------------------------------------- */
@@ -337,6 +337,10 @@ typedef struct kvc_backend_table {
   /* The attention is freed by (*table)->destroy. */
   int32_t (*create_attention)(void* instance, const kvc_attention_table** table, void** attention,
                               kvc_error* err);
+  /* ABI 1.1 (a 1.0 table ends before it): the bandwidth in GB/s of the memory the backend's
+     stores live in, measured now by copying `bytes` within it (reads and writes both counted);
+     0 when that memory is the host's, which the caller measures itself. */
+  int32_t (*memory_bandwidth)(void* instance, uint64_t bytes, double* gbps, kvc_error* err);
 } kvc_backend_table;
 
 #ifdef __cplusplus

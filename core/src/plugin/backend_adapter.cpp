@@ -1,5 +1,6 @@
 #include "kvcache/backend.hpp"
 
+#include <cstddef>
 #include <cstring>
 
 #include "plugin/adapters.hpp"
@@ -43,6 +44,17 @@ class HostBackend final : public Backend {
     instance_->call(&kvc_backend_table::create_attention, &table, &attention);
     check_made(table, attention, "attention");
     return make_attention(instance_->library(), table, attention, instance_->who() + " attention");
+  }
+
+  std::optional<double> memory_bandwidth_gbps(std::uint64_t bytes) override {
+    const kvc_backend_table& t = instance_->table();
+    if (t.struct_size <
+            offsetof(kvc_backend_table, memory_bandwidth) + sizeof(t.memory_bandwidth) ||
+        t.memory_bandwidth == nullptr)
+      return std::nullopt;  // an ABI 1.0 backend
+    double gbps = 0.0;
+    instance_->call(&kvc_backend_table::memory_bandwidth, bytes, &gbps);
+    return gbps > 0.0 ? std::optional<double>(gbps) : std::nullopt;
   }
 
  private:

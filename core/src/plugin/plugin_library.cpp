@@ -61,8 +61,8 @@ void validate(const kvc_plugin_descriptor& d) {
 
 std::size_t minimum_table_size(std::uint32_t kind) {
   switch (kind) {
-    case KVC_KIND_BACKEND:
-      return sizeof(kvc_backend_table);
+    case KVC_KIND_BACKEND:  // ABI 1.0 ended before memory_bandwidth
+      return offsetof(kvc_backend_table, memory_bandwidth);
     case KVC_KIND_QUANTIZER:
       return sizeof(kvc_quantizer_table);
     case KVC_KIND_MASK:

@@ -260,13 +260,19 @@ struct BackendThunks {
       *attention = made.release();
     });
   }
+  static int32_t memory_bandwidth(void* instance, uint64_t bytes, double* gbps,
+                                  kvc_error* err) noexcept {
+    return guard(err,
+                 [&] { *gbps = self<T>(instance).memory_bandwidth_gbps(bytes).value_or(0.0); });
+  }
   static constexpr kvc_backend_table table{sizeof(kvc_backend_table),
                                            &create<T>,
                                            &destroy<T>,
                                            &device_count,
                                            &device_info,
                                            &create_store,
-                                           &create_attention};
+                                           &create_attention,
+                                           &memory_bandwidth};
 };
 
 // The thunks and kind of a component class, by the interface it implements.
