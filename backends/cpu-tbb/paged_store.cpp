@@ -91,15 +91,6 @@ void PagedStore::move_slots(std::span<const paging::SlotMove> moves) {
   }
 }
 
-std::uint16_t* PagedStore::residual_row(Sequence& s, std::uint32_t layer, std::uint32_t head,
-                                        bool value, std::uint64_t slot) const {
-  const std::uint32_t group = (value ? v_codec_ : k_codec_).spec().group;
-  std::vector<std::uint16_t>& residual = value ? s.residual_v : s.residual_k;
-  return residual.data() +
-         ((std::size_t{layer} * spec().model.kv_heads + head) * group + slot % group) *
-             spec().model.head_dim;
-}
-
 void PagedStore::encode_groups(const Sequence& s, std::uint32_t layer, std::uint32_t head,
                                bool value, std::uint64_t begin, std::uint64_t end,
                                std::uint64_t append_begin, std::uint64_t append_end,
@@ -115,8 +106,7 @@ void PagedStore::encode_groups(const Sequence& s, std::uint32_t layer, std::uint
     for (std::uint64_t slot = start; slot < start + group; ++slot) {
       float* out = group_rows + (slot - start) * dim;
       if (slot < append_begin) {
-        const std::uint16_t* held =
-            residual_row(const_cast<Sequence&>(s), layer, head, value, slot);
+        const std::uint16_t* held = book_.residual_row(s, layer, head, value, slot);
         for (std::uint32_t i = 0; i < dim; ++i) out[i] = float_from_fp16(held[i]);
       } else {
         const float* in = rows.row(first_row + (slot - append_begin), head, out);
@@ -133,7 +123,7 @@ void PagedStore::read_row(const Sequence& s, std::uint32_t layer, std::uint32_t 
   const SlotCodec& codec = value ? v_codec_ : k_codec_;
   const std::uint32_t group = codec.spec().group;
   if (codec.spec().groups_tokens() && (slot / group + 1) * group > s.written[layer]) {
-    const std::uint16_t* held = residual_row(const_cast<Sequence&>(s), layer, head, value, slot);
+    const std::uint16_t* held = book_.residual_row(s, layer, head, value, slot);
     for (std::uint32_t i = 0; i < spec().model.head_dim; ++i) row[i] = float_from_fp16(held[i]);
     return;
   }
@@ -152,13 +142,7 @@ StoreStats PagedStore::stats() const {
 
 SeqId PagedStore::create_sequence() {
   std::unique_lock lock(mutex_);
-  const SeqId id = book_.create();
-  Sequence& s = find(id);
-  const std::size_t per_group =
-      std::size_t{spec().model.layers} * spec().model.kv_heads * spec().model.head_dim;
-  if (k_codec_.spec().groups_tokens()) s.residual_k.assign(per_group * k_codec_.spec().group, 0);
-  if (v_codec_.spec().groups_tokens()) s.residual_v.assign(per_group * v_codec_.spec().group, 0);
-  return id;
+  return book_.create();
 }
 
 void PagedStore::release(SeqId id) {
@@ -262,7 +246,7 @@ void PagedStore::append(std::uint32_t layer, std::span<const SeqId> ids,
       for (std::uint64_t slot = tail; slot < end; ++slot) {
         for (std::uint32_t h = 0; h < heads; ++h) {
           const float* row = rows_of(value).row(first_row[i] + (slot - base), h, input.data());
-          std::uint16_t* held = residual_row(*seqs[i], layer, h, value, slot);
+          std::uint16_t* held = book_.residual_row(*seqs[i], layer, h, value, slot);
           for (std::uint32_t j = 0; j < dim; ++j) held[j] = fp16_from_float(row[j]);
         }
       }
@@ -273,10 +257,6 @@ void PagedStore::append(std::uint32_t layer, std::span<const SeqId> ids,
 
 std::uint64_t PagedStore::drop(SeqId id, std::span<const PositionRange> ranges) {
   std::unique_lock lock(mutex_);
-  for (const SlotCodec* c : {&k_codec_, &v_codec_})
-    if (c->spec().groups_tokens())
-      throw Error(Code::unsupported, "cannot drop tokens stored as " + c->spec().name() +
-                                         ": its scales span groups of tokens");
   return book_.drop(id, ranges);
 }
 

@@ -87,8 +87,6 @@ class PagedStore final : public CacheStore, private paging::PageMemory {
                      float* group_rows) const;
   void read_row(const Sequence& s, std::uint32_t layer, std::uint32_t head, bool value,
                 std::uint64_t slot, float* row) const;
-  std::uint16_t* residual_row(Sequence& s, std::uint32_t layer, std::uint32_t head, bool value,
-                              std::uint64_t slot) const;
 
   paging::PageBook book_;
   std::uint32_t page_size_;

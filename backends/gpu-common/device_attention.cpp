@@ -74,8 +74,30 @@ void DeviceAttention::run(CacheStore& base, const AttentionRequest& r, bool pref
     sequence_scores.push_back(score_floats);
     score_floats += plan.written[i];
   }
+  // Formats that group tokens: the rows of groups still being filled, from the host residual.
+  const bool grouped = book.token_group(false) != 0 || book.token_group(true) != 0;
+  std::vector<std::uint64_t> held_from, residual_offset, sequence_residual;
+  std::vector<std::uint16_t> residual;
+  for (std::size_t i = 0; grouped && i < r.sequences.size(); ++i) {
+    const auto& s = book.find(r.sequences[i]);
+    for (const bool value : {false, true}) {
+      const std::uint64_t slice = std::uint64_t{kv_heads} * book.token_group(value) * dim;
+      sequence_residual.push_back(residual.size());
+      const std::vector<std::uint16_t>& rows = value ? s.residual_v : s.residual_k;
+      residual.insert(residual.end(), rows.begin() + r.layer * slice,
+                      rows.begin() + (r.layer + 1) * slice);
+    }
+  }
   std::uint64_t max_visible = 0;
   for (std::uint64_t i = 0; i < plan.queries; ++i) {
+    for (const bool value : {false, true}) {
+      if (!grouped) break;
+      const std::size_t seq = plan.query_sequence[i];
+      held_from.push_back(book.token_group(value) == 0
+                              ? ~std::uint64_t{0}
+                              : book.held_from(book.find(r.sequences[seq]), r.layer, value));
+      residual_offset.push_back(sequence_residual[2 * seq + value]);
+    }
     page_offset.push_back(sequence_pages[plan.query_sequence[i]]);
     score_offset.push_back(sequence_scores[plan.query_sequence[i]]);
     for (const paging::SlotSpan& s : plan.visible[i]) {
@@ -115,7 +137,9 @@ void DeviceAttention::run(CacheStore& base, const AttentionRequest& r, bool pref
                       span_offset_at = upload.add(span_offset), spans_at = upload.add(spans),
                       items_at = upload.add(items), first_item_at = upload.add(first_item),
                       logit_offset_at = upload.add(logit_offset),
-                      score_offset_at = upload.add(score_offset);
+                      score_offset_at = upload.add(score_offset),
+                      held_from_at = upload.add(held_from), residual_at = upload.add(residual),
+                      residual_offset_at = upload.add(residual_offset);
   std::uint64_t size = upload.bytes().size();
   const auto place = [&](std::uint64_t bytes) {
     const std::uint64_t at = size;
@@ -155,6 +179,11 @@ void DeviceAttention::run(CacheStore& base, const AttentionRequest& r, bool pref
   a.partial = reinterpret_cast<float*>(at(partial_at));
   a.logits = scores ? reinterpret_cast<float*>(at(logits_at)) : nullptr;
   a.logit_offset = reinterpret_cast<const std::uint64_t*>(at(logit_offset_at));
+  if (grouped) {
+    a.held_from = reinterpret_cast<const std::uint64_t*>(at(held_from_at));
+    a.residual = reinterpret_cast<const std::uint16_t*>(at(residual_at));
+    a.residual_offset = reinterpret_cast<const std::uint64_t*>(at(residual_offset_at));
+  }
   launch_attend(a, stream.get());
 
   MergeArgs m;

@@ -30,7 +30,8 @@ enum DeviceFormatKind : std::uint32_t {
 // A format's layout in the plain numbers a kernel needs.
 struct DeviceFormat {
   std::uint32_t kind = kFp16;
-  std::uint32_t group = 32;  // int4-group: elements per (scale, minimum)
+  std::uint32_t group = 32;  // int4-group: elements per (scale, minimum); kivi-k: tokens
+  std::uint32_t bits = 4;    // kivi-k: 4 or 2
   std::uint32_t slot_code_bytes = 0;
   std::uint32_t slot_meta_bytes = 0;
   std::uint64_t code_bytes = 0;  // all slots' codes; the meta follows
@@ -117,8 +118,8 @@ KVC_HD std::uint8_t* slot_meta(const DeviceFormat& f, std::uint8_t* tile, std::u
   return tile + f.code_bytes + std::uint64_t{slot} * f.slot_meta_bytes;
 }
 
-// Encodes x[dim] into `slot` of `tile`, exactly as kvcache::reference::encode does (kivi-k, whose
-// scales span groups of tokens, is not a per-row format and is not handled here).
+// Encodes x[dim] into `slot` of `tile`, exactly as kvcache::reference::encode does (not kivi-k,
+// whose scales span groups of tokens: see encode_group).
 KVC_HD void encode_row(const DeviceFormat& f, const float* x, std::uint32_t dim, std::uint8_t* tile,
                        std::uint32_t slot) {
   std::uint8_t* codes = slot_codes(f, tile, slot);
@@ -173,6 +174,35 @@ KVC_HD void encode_row(const DeviceFormat& f, const float* x, std::uint32_t dim,
   }
 }
 
+// For kivi-k: encodes rows[group][dim] (already rounded through fp16) into the group of slots
+// starting at `first_slot`, exactly as kvcache::reference::encode_group does: per channel, an fp16
+// scale and minimum over the group's tokens, and codes of `bits` bits (slot t, channel c at code
+// index t * dim + c, lowest bits first).
+KVC_HD void encode_group(const DeviceFormat& f, const float* rows, std::uint32_t dim,
+                         std::uint8_t* tile, std::uint32_t first_slot) {
+  std::uint8_t* codes = slot_codes(f, tile, first_slot);
+  std::uint8_t* meta = tile + f.code_bytes + std::uint64_t{first_slot / f.group} * dim * 4;
+  const std::uint32_t per_byte = 8 / f.bits;
+  const float levels = static_cast<float>((1u << f.bits) - 1);
+  for (std::uint64_t i = 0; i < std::uint64_t{f.group} * dim / per_byte; ++i) codes[i] = 0;
+  for (std::uint32_t c = 0; c < dim; ++c) {
+    float lo = rows[c], hi = rows[c];
+    for (std::uint32_t t = 1; t < f.group; ++t)
+      lo = min_of(lo, rows[t * dim + c]), hi = max_of(hi, rows[t * dim + c]);
+    const std::uint16_t scale16 = fp16_bits((hi - lo) / levels), min16 = fp16_bits(lo);
+    std::memcpy(meta + 4 * c, &scale16, 2);
+    std::memcpy(meta + 4 * c + 2, &min16, 2);
+    const float scale = fp16_value(scale16), minimum = fp16_value(min16);
+    for (std::uint32_t t = 0; t < f.group; ++t) {
+      const float q = scale > 0.0f ? rintf((rows[t * dim + c] - minimum) / scale) : 0.0f;
+      const auto code = static_cast<std::uint32_t>(clamp_to(q, 0.0f, levels));
+      const std::uint64_t index = std::uint64_t{t} * dim + c;
+      codes[index / per_byte] = static_cast<std::uint8_t>(codes[index / per_byte] |
+                                                          (code << (f.bits * (index % per_byte))));
+    }
+  }
+}
+
 // Reads one slot's elements: construct once per slot, then ask for elements.
 struct SlotReader {
   const DeviceFormat* f;
@@ -185,6 +215,10 @@ struct SlotReader {
         codes(tile + std::uint64_t{slot} * format.slot_code_bytes),
         meta(tile + format.code_bytes + std::uint64_t{slot} * format.slot_meta_bytes) {
     if (format.kind == kFp8E4M3 || format.kind == kInt8PerToken) std::memcpy(&scale, meta, 4);
+    if (format.kind == kKiviK) {  // slot t's codes are row t of its group; meta per group
+      const std::uint64_t dim = std::uint64_t{format.slot_code_bytes} * 8 / format.bits;
+      meta = tile + format.code_bytes + std::uint64_t{slot / format.group} * dim * 4;
+    }
   }
 
   KVC_HD float operator[](std::uint32_t i) const {
@@ -210,6 +244,16 @@ struct SlotReader {
         std::memcpy(&s, m, 2);
         std::memcpy(&lo, m + 2, 2);
         const auto code = static_cast<float>((codes[i / 2] >> (4 * (i % 2))) & 0xFu);
+        return code * fp16_value(s) + fp16_value(lo);
+      }
+      case kKiviK: {
+        const std::uint8_t* m = meta + 4 * i;
+        std::uint16_t s, lo;
+        std::memcpy(&s, m, 2);
+        std::memcpy(&lo, m + 2, 2);
+        const std::uint32_t per_byte = 8 / f->bits;
+        const auto code = static_cast<float>((codes[i / per_byte] >> (f->bits * (i % per_byte))) &
+                                             ((1u << f->bits) - 1));
         return code * fp16_value(s) + fp16_value(lo);
       }
       default:

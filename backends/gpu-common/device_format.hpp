@@ -1,5 +1,5 @@
 // A built-in storage format as the kernels see it (host side): the layout of kvcache/formats.hpp
-// in a DeviceFormat, or Error(unsupported) for what the GPU backends do not handle yet.
+// in a DeviceFormat, or Error(unsupported) for a layout the kernels cannot address.
 #pragma once
 
 #include <string>
@@ -20,15 +20,13 @@ static_assert(kFp32 == static_cast<std::uint32_t>(FormatKind::fp32) &&
 
 inline DeviceFormat device_format(const FormatSpec& spec, std::uint32_t head_dim,
                                   std::uint32_t page_size, const char* backend) {
-  if (spec.groups_tokens())
-    throw Error(Code::unsupported, std::string(backend) + " backend: " + spec.name() +
-                                       " (scales over groups of tokens) is not supported yet");
   const StorageFormat layout = format_layout(spec, head_dim, page_size);
   if (layout.code_bytes % 4 != 0)
     throw Error(Code::unsupported, std::string(backend) + " backend: " + spec.name() +
                                        " codes of a page must fill whole 4-byte words");
   return {static_cast<std::uint32_t>(spec.kind),
           spec.group,
+          spec.bits,
           static_cast<std::uint32_t>(layout.slot_code_bytes),
           static_cast<std::uint32_t>(layout.slot_meta_bytes),
           layout.code_bytes,

@@ -1,9 +1,11 @@
 #include "device_store.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
 #include "device_format.hpp"
+#include "kvcache/numeric.hpp"
 
 namespace kvcache::gpu {
 namespace {
@@ -27,6 +29,23 @@ DeviceFormat format_on_device(const std::string& name, const nlohmann::json& opt
                                        std::to_string(head_dim) + " exceeds " +
                                        std::to_string(kMaxHeadDim));
   return device_format(parse_format(name, options), head_dim, page_size, kVendor);
+}
+
+// Element i of a host row in `dtype`, as fp16 bits.
+std::uint16_t fp16_of(const std::byte* row, Dtype dtype, std::uint64_t i) {
+  std::uint16_t half;
+  float x;
+  switch (dtype) {
+    case Dtype::f16:
+      std::memcpy(&half, row + 2 * i, 2);
+      return half;
+    case Dtype::bf16:
+      std::memcpy(&half, row + 2 * i, 2);
+      return fp16_from_float(float_from_bf16(half));
+    default:
+      std::memcpy(&x, row + 4 * i, 4);
+      return fp16_from_float(x);
+  }
 }
 
 std::uint64_t elements(const DLTensor& t) {
@@ -137,8 +156,12 @@ void DeviceStore::append(std::uint32_t layer, std::span<const SeqId> ids,
                          const DLTensor& v) {
   std::unique_lock lock(mutex_);
   const std::vector<paging::PageBook::Sequence*> seqs = book_.check_append(layer, ids, counts);
+  std::vector<std::uint64_t> first_row;
   std::uint64_t rows = 0;
-  for (const std::uint32_t c : counts) rows += c;
+  for (const std::uint32_t c : counts) {
+    first_row.push_back(rows);
+    rows += c;
+  }
   const std::uint32_t heads = pools_.kv_heads, dim = pools_.head_dim;
   const TensorView kt = view_of(k, rows, heads, dim, stream_.device(), "k");
   const TensorView vt = view_of(v, rows, heads, dim, stream_.device(), "v");
@@ -153,10 +176,22 @@ void DeviceStore::append(std::uint32_t layer, std::span<const SeqId> ids,
       where[rows + r] = static_cast<std::uint32_t>(slot % page_size);
     }
   }
+  const GroupPlan groups[2] = {plan_groups(seqs, counts, first_row, layer, false),
+                               plan_groups(seqs, counts, first_row, layer, true)};
   Staging staging;
   const std::uint64_t where_at = staging.add(where.size() * 4);
   const std::uint64_t k_at = kt.on_device ? 0 : staging.add(kt.bytes);
   const std::uint64_t v_at = vt.on_device ? 0 : staging.add(vt.bytes);
+  std::uint64_t group_at[2][5] = {};  // source, residual, page, slot, scratch
+  for (const bool value : {false, true}) {
+    const GroupPlan& g = groups[value];
+    const std::uint64_t group = book_.token_group(value);
+    group_at[value][0] = staging.add(g.source.size() * 8);
+    group_at[value][1] = staging.add(g.residual.size() * 2);
+    group_at[value][2] = staging.add(g.page.size() * 4);
+    group_at[value][3] = staging.add(g.slot.size() * 4);
+    group_at[value][4] = staging.add(g.page.size() * heads * group * dim * 4);
+  }
   auto* base = static_cast<std::uint8_t*>(staging_.reserve(staging.size()));
   stream_.activate();
   stream_.upload(base + where_at, where.data(), where.size() * 4);
@@ -173,8 +208,88 @@ void DeviceStore::append(std::uint32_t layer, std::span<const SeqId> ids,
   a.row_page = reinterpret_cast<const std::uint32_t*>(base + where_at);
   a.row_slot = a.row_page + rows;
   launch_encode(a, stream_.get());
+  for (const bool value : {false, true}) {
+    const GroupPlan& g = groups[value];
+    if (g.page.empty()) continue;
+    const std::uint64_t* at = group_at[value];
+    stream_.upload(base + at[0], g.source.data(), g.source.size() * 8);
+    stream_.upload(base + at[1], g.residual.data(), g.residual.size() * 2);
+    stream_.upload(base + at[2], g.page.data(), g.page.size() * 4);
+    stream_.upload(base + at[3], g.slot.data(), g.slot.size() * 4);
+    GroupEncodeArgs e;
+    e.pools = pools_;
+    e.layer = layer;
+    e.value = value;
+    e.groups = static_cast<std::uint32_t>(g.page.size());
+    e.input = value ? a.v : a.k;
+    e.dtype = value ? vt.dtype : kt.dtype;
+    e.source = reinterpret_cast<const std::int64_t*>(base + at[0]);
+    e.residual = reinterpret_cast<const std::uint16_t*>(base + at[1]);
+    e.group_page = reinterpret_cast<const std::uint32_t*>(base + at[2]);
+    e.group_slot = reinterpret_cast<const std::uint32_t*>(base + at[3]);
+    e.scratch = reinterpret_cast<float*>(base + at[4]);
+    launch_group_encode(e, stream_.get());
+  }
   stream_.synchronize();
+  for (const bool value : {false, true})
+    if (book_.token_group(value) != 0)
+      hold_tail_rows(seqs, counts, first_row, layer, value, value ? vt : kt);
   for (std::size_t i = 0; i < seqs.size(); ++i) seqs[i]->written[layer] += counts[i];
+}
+
+DeviceStore::GroupPlan DeviceStore::plan_groups(
+    const std::vector<paging::PageBook::Sequence*>& seqs, std::span<const std::uint32_t> counts,
+    const std::vector<std::uint64_t>& first_row, std::uint32_t layer, bool value) const {
+  GroupPlan plan;
+  const std::uint64_t group = book_.token_group(value);
+  if (group == 0) return plan;
+  const std::uint32_t heads = pools_.kv_heads, dim = pools_.head_dim;
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    const std::uint64_t begin = seqs[i]->written[layer], end = begin + counts[i];
+    for (std::uint64_t start = begin / group * group; start + group <= end; start += group) {
+      plan.page.push_back(seqs[i]->pages[start / book_.page_size()]);
+      plan.slot.push_back(static_cast<std::uint32_t>(start % book_.page_size()));
+      for (std::uint64_t slot = start; slot < start + group; ++slot) {
+        if (slot >= begin) {
+          plan.source.push_back(static_cast<std::int64_t>(first_row[i] + (slot - begin)));
+          continue;
+        }
+        plan.source.push_back(-static_cast<std::int64_t>(plan.residual.size() / heads / dim) - 1);
+        for (std::uint32_t h = 0; h < heads; ++h) {
+          const std::uint16_t* held = book_.residual_row(*seqs[i], layer, h, value, slot);
+          plan.residual.insert(plan.residual.end(), held, held + dim);
+        }
+      }
+    }
+  }
+  return plan;
+}
+
+void DeviceStore::hold_tail_rows(const std::vector<paging::PageBook::Sequence*>& seqs,
+                                 std::span<const std::uint32_t> counts,
+                                 const std::vector<std::uint64_t>& first_row, std::uint32_t layer,
+                                 bool value, const TensorView& input) {
+  const std::uint64_t group = book_.token_group(value);
+  const std::uint32_t heads = pools_.kv_heads, dim = pools_.head_dim;
+  const std::uint64_t row_bytes = std::uint64_t{heads} * dim * (input.dtype == Dtype::f32 ? 4 : 2);
+  std::vector<std::byte> row(row_bytes);
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    const std::uint64_t begin = seqs[i]->written[layer], end = begin + counts[i];
+    for (std::uint64_t slot = std::max(begin, end / group * group); slot < end; ++slot) {
+      const std::byte* in =
+          static_cast<const std::byte*>(input.data) + (first_row[i] + slot - begin) * row_bytes;
+      if (input.on_device) {  // rows of a group still being filled wait on the host
+        stream_.download(row.data(), in, row_bytes);
+        stream_.synchronize();
+        in = row.data();
+      }
+      for (std::uint32_t h = 0; h < heads; ++h) {
+        std::uint16_t* held = book_.residual_row(*seqs[i], layer, h, value, slot);
+        for (std::uint32_t d = 0; d < dim; ++d)
+          held[d] = fp16_of(in, input.dtype, std::uint64_t{h} * dim + d);
+      }
+    }
+  }
 }
 
 std::uint64_t DeviceStore::drop(SeqId id, std::span<const PositionRange> ranges) {
@@ -259,9 +374,18 @@ void DeviceStore::gather(std::uint32_t layer, SeqId id, DLTensor& k, DLTensor& v
   a.row_page = reinterpret_cast<const std::uint32_t*>(base + where_at);
   a.row_slot = a.row_page + n;
   launch_decode(a, stream_.get());
-  stream_.download(static_cast<std::byte*>(k.data) + k.byte_offset, a.k, floats * 4);
-  stream_.download(static_cast<std::byte*>(v.data) + v.byte_offset, a.v, floats * 4);
+  float* out[2] = {reinterpret_cast<float*>(static_cast<std::byte*>(k.data) + k.byte_offset),
+                   reinterpret_cast<float*>(static_cast<std::byte*>(v.data) + v.byte_offset)};
+  stream_.download(out[0], a.k, floats * 4);
+  stream_.download(out[1], a.v, floats * 4);
   stream_.synchronize();
+  for (const bool value : {false, true})  // rows of a group still being filled
+    for (std::uint64_t slot = book_.held_from(s, layer, value); slot < n; ++slot)
+      for (std::uint32_t h = 0; h < heads; ++h) {
+        const std::uint16_t* held = book_.residual_row(s, layer, h, value, slot);
+        for (std::uint32_t d = 0; d < dim; ++d)
+          out[value][(slot * heads + h) * dim + d] = float_from_fp16(held[d]);
+      }
 }
 
 std::vector<std::byte> DeviceStore::read_tile(std::uint32_t page, std::uint32_t layer,

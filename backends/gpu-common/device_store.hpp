@@ -4,8 +4,8 @@
 // are copied because the caller handed them over on the host. Every call has finished on the
 // device when it returns (one stream per store).
 //
-// kivi-k (scales over groups of tokens, rows held back until a group is complete) is not
-// supported on the GPU yet: creating such a store fails with `unsupported`.
+// kivi-k (scales over groups of tokens): the rows of a group still being filled wait in fp16 in
+// the book's residual on the host (attention uploads them); complete groups are encoded here.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +20,17 @@
 #include "kvcache/paging/page_book.hpp"
 
 namespace kvcache::gpu {
+
+// A device tensor's data as this backend sees it: on `device`, or on the host (then copied).
+// Throws unless the tensor is [rows, heads, dim] row-major float32/float16/bfloat16.
+struct TensorView {
+  const void* data = nullptr;
+  Dtype dtype = Dtype::f32;
+  std::uint64_t bytes = 0;
+  bool on_device = false;
+};
+TensorView view_of(const DLTensor& t, std::uint64_t rows, std::uint32_t heads, std::uint32_t dim,
+                   int device, const char* name);
 
 class DeviceStore final : public CacheStore, private paging::PageMemory {
  public:
@@ -55,6 +66,23 @@ class DeviceStore final : public CacheStore, private paging::PageMemory {
   const Stream& stream() const { return stream_; }
 
  private:
+  // For a side that groups tokens: the groups an append completes and where their rows come
+  // from (input rows, or residual rows copied out now, before the tail overwrites them).
+  struct GroupPlan {
+    std::vector<std::int64_t> source;     // per group row: input row, or -(residual row + 1)
+    std::vector<std::uint16_t> residual;  // [rows][kv_heads][head_dim]
+    std::vector<std::uint32_t> page, slot;
+  };
+  GroupPlan plan_groups(const std::vector<paging::PageBook::Sequence*>& seqs,
+                        std::span<const std::uint32_t> counts,
+                        const std::vector<std::uint64_t>& first_row, std::uint32_t layer,
+                        bool value) const;
+  // The rows of each sequence's last, incomplete group, into its residual.
+  void hold_tail_rows(const std::vector<paging::PageBook::Sequence*>& seqs,
+                      std::span<const std::uint32_t> counts,
+                      const std::vector<std::uint64_t>& first_row, std::uint32_t layer, bool value,
+                      const TensorView& input);
+
   // PageMemory: what the book asks of the device pools.
   void poison(paging::PageId page, std::uint32_t from_slot) override;
   void copy_page(paging::PageId from, paging::PageId to) override;
@@ -68,16 +96,5 @@ class DeviceStore final : public CacheStore, private paging::PageMemory {
   mutable DeviceBuffer staging_;  // inputs, page/slot lists, outputs of gather
   mutable std::shared_mutex mutex_;
 };
-
-// A device tensor's data as this backend sees it: on `device`, or on the host (then copied).
-// Throws unless the tensor is [rows, heads, dim] row-major float32/float16/bfloat16.
-struct TensorView {
-  const void* data = nullptr;
-  Dtype dtype = Dtype::f32;
-  std::uint64_t bytes = 0;
-  bool on_device = false;
-};
-TensorView view_of(const DLTensor& t, std::uint64_t rows, std::uint32_t heads, std::uint32_t dim,
-                   int device, const char* name);
 
 }  // namespace kvcache::gpu

@@ -8,7 +8,6 @@
 #include "device_attention.hpp"
 #include "device_store.hpp"
 #include "gpu_runtime.hpp"
-#include "kvcache/formats.hpp"
 
 namespace kvcache::gpu {
 
@@ -29,13 +28,6 @@ sdk::Availability GpuBackend::availability() {
   } catch (const Error& e) {
     return {false, e.what()};
   }
-}
-
-std::vector<std::string> GpuBackend::formats() {
-  std::vector<std::string> names;
-  for (const std::string& name : format_names())
-    if (!parse_format(name).groups_tokens()) names.push_back(name);
-  return names;
 }
 
 std::vector<DeviceInfo> GpuBackend::devices() const {

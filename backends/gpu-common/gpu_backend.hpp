@@ -14,8 +14,6 @@ class GpuBackend final : public Backend {
   explicit GpuBackend(const sdk::Options& options);
   // Unavailable with the runtime's reason (no driver, no device) on a host without a GPU.
   static sdk::Availability availability();
-  // The storage formats its kernels read and write.
-  static std::vector<std::string> formats();
   std::vector<DeviceInfo> devices() const override;
   std::unique_ptr<CacheStore> create_store(const StoreSpec& spec) override;
   std::unique_ptr<Attention> create_attention() override;

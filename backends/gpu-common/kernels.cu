@@ -73,6 +73,7 @@ __global__ void encode_kernel(EncodeArgs a) {
   const std::uint32_t heads = a.pools.kv_heads, dim = a.pools.head_dim;
   if (t >= a.rows * heads * 2) return;
   const bool value = (t & 1) != 0;
+  if ((value ? a.pools.v : a.pools.k).kind == kKiviK) return;  // whole groups: group_encode
   const std::uint64_t row_head = t >> 1, row = row_head / heads;
   const auto head = static_cast<std::uint32_t>(row_head % heads);
   float x[kMaxHeadDim];
@@ -80,6 +81,39 @@ __global__ void encode_kernel(EncodeArgs a) {
     x[i] = load_input(value ? a.v : a.k, value ? a.v_dtype : a.k_dtype, row_head * dim + i);
   encode_row(value ? a.pools.v : a.pools.k, x, dim,
              tile_at(a.pools, a.layer, a.row_page[row], head, value), a.row_slot[row]);
+}
+
+// Threads over (group, row, head): the group's rows as floats, each rounded through fp16 (as the
+// reference store does), whether it waited in the residual or arrives now.
+__global__ void group_rows_kernel(GroupEncodeArgs a) {
+  const std::uint64_t t = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const DeviceFormat& f = a.value ? a.pools.v : a.pools.k;
+  const std::uint32_t heads = a.pools.kv_heads, dim = a.pools.head_dim;
+  if (t >= std::uint64_t{a.groups} * f.group * heads) return;
+  const auto head = static_cast<std::uint32_t>(t % heads);
+  const std::uint64_t group_row = t / heads, group = group_row / f.group, r = group_row % f.group;
+  const std::int64_t source = a.source[group_row];
+  float* out = a.scratch + ((group * heads + head) * f.group + r) * dim;
+  for (std::uint32_t i = 0; i < dim; ++i) {
+    out[i] =
+        source >= 0
+            ? fp16_value(fp16_bits(load_input(
+                  a.input, a.dtype, (static_cast<std::uint64_t>(source) * heads + head) * dim + i)))
+            : fp16_value(
+                  a.residual[(static_cast<std::uint64_t>(-source - 1) * heads + head) * dim + i]);
+  }
+}
+
+// One thread per (group, head): the group's codes and per-channel scales.
+__global__ void group_encode_kernel(GroupEncodeArgs a) {
+  const std::uint64_t t = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const DeviceFormat& f = a.value ? a.pools.v : a.pools.k;
+  const std::uint32_t heads = a.pools.kv_heads, dim = a.pools.head_dim;
+  if (t >= std::uint64_t{a.groups} * heads) return;
+  const std::uint64_t group = t / heads;
+  const auto head = static_cast<std::uint32_t>(t % heads);
+  encode_group(f, a.scratch + t * f.group * dim, dim,
+               tile_at(a.pools, a.layer, a.group_page[group], head, a.value), a.group_slot[group]);
 }
 
 __global__ void decode_kernel(DecodeArgs a) {
@@ -204,13 +238,20 @@ __global__ void __launch_bounds__(kWarp* kAttendWarps) attend_kernel(AttentionAr
     const std::uint64_t slot = visible_slot(a.spans, span_begin, span_end, j);
     const std::uint32_t page = pages[slot / a.page_size];
     const auto in_page = static_cast<std::uint32_t>(slot % a.page_size);
-    const SlotReader kr(a.pools.k, tile_at(a.pools, a.layer, page, it.kv_head, false), in_page);
-    const SlotReader vr(a.pools.v, tile_at(a.pools, a.layer, page, it.kv_head, true), in_page);
     float kd[kDims], vd[kDims];
-    for (int t = 0; t < kDims; ++t) {
-      const std::uint32_t d = lane + kWarp * t;
-      kd[t] = d < dim ? kr[d] : 0.0f;
-      vd[t] = d < dim ? vr[d] : 0.0f;
+    for (int side = 0; side < 2; ++side) {
+      float* row = side == 0 ? kd : vd;
+      const DeviceFormat& f = side == 0 ? a.pools.k : a.pools.v;
+      if (a.held_from != nullptr && slot >= a.held_from[2 * it.query + side]) {
+        const std::uint16_t* held = a.residual + a.residual_offset[2 * it.query + side] +
+                                    (std::uint64_t{it.kv_head} * f.group + slot % f.group) * dim;
+        for (int t = 0; t < kDims; ++t)
+          row[t] = lane + kWarp * t < dim ? fp16_value(held[lane + kWarp * t]) : 0.0f;
+        continue;
+      }
+      const SlotReader reader(f, tile_at(a.pools, a.layer, page, it.kv_head, side == 1), in_page);
+      for (int t = 0; t < kDims; ++t)
+        row[t] = lane + kWarp * t < dim ? reader[lane + kWarp * t] : 0.0f;
     }
     for (std::uint32_t g = 0; g < kMaxItemHeads; ++g) {
       if (g >= it.heads) break;
@@ -309,6 +350,19 @@ void launch_encode(const EncodeArgs& a, GPU(Stream_t) stream) {
   if (threads == 0) return;
   KVC_LAUNCH(encode_kernel, blocks_for(threads, 128), 128, stream)(a);
   check_launch("encode kernel");
+}
+
+void launch_group_encode(const GroupEncodeArgs& a, GPU(Stream_t) stream) {
+  const DeviceFormat& f = a.value ? a.pools.v : a.pools.k;
+  if (a.groups == 0) return;
+  KVC_LAUNCH(group_rows_kernel,
+             blocks_for(std::uint64_t{a.groups} * f.group * a.pools.kv_heads, 128), 128, stream)
+  (a);
+  check_launch("group rows kernel");
+  KVC_LAUNCH(group_encode_kernel, blocks_for(std::uint64_t{a.groups} * a.pools.kv_heads, 128), 128,
+             stream)
+  (a);
+  check_launch("group encode kernel");
 }
 
 void launch_decode(const DecodeArgs& a, GPU(Stream_t) stream) {

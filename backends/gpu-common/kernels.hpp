@@ -24,7 +24,8 @@ struct PoolLayout {
 // Element types of tensors crossing the API.
 enum class Dtype : std::uint32_t { f32, f16, bf16 };
 
-// Encodes rows [rows, kv_heads, head_dim] of K and V into their slots of one layer.
+// Encodes rows [rows, kv_heads, head_dim] of K and V into their slots of one layer (the sides
+// whose format encodes rows; see GroupEncodeArgs for kivi-k).
 struct EncodeArgs {
   PoolLayout pools;
   std::uint32_t layer = 0;
@@ -36,6 +37,25 @@ struct EncodeArgs {
   const std::uint32_t* row_slot = nullptr;  // [rows]
 };
 void launch_encode(const EncodeArgs& a, GPU(Stream_t) stream);
+
+// For a format that groups tokens (kivi-k), on one side (K or V): encodes complete groups. Row r
+// of group i comes from source[i * group + r]: an input row index when >= 0, else residual row
+// -(source + 1) of `residual` ([rows][kv_heads][head_dim] fp16, the rows that waited). `scratch`
+// holds groups * kv_heads * group * head_dim floats.
+struct GroupEncodeArgs {
+  PoolLayout pools;
+  std::uint32_t layer = 0;
+  bool value = false;
+  std::uint32_t groups = 0;
+  const void* input = nullptr;  // [rows, kv_heads, head_dim]
+  Dtype dtype = Dtype::f32;
+  const std::int64_t* source = nullptr;
+  const std::uint16_t* residual = nullptr;
+  const std::uint32_t* group_page = nullptr;  // [groups]
+  const std::uint32_t* group_slot = nullptr;  // first slot of each group within its page
+  float* scratch = nullptr;
+};
+void launch_group_encode(const GroupEncodeArgs& a, GPU(Stream_t) stream);
 
 // Decodes slots into float32 rows [n, kv_heads, head_dim] of K and V.
 struct DecodeArgs {
@@ -97,6 +117,12 @@ struct AttentionArgs {
   const std::uint64_t* spans = nullptr;
   const WorkItem* items = nullptr;
   std::uint32_t n_items = 0;
+  // For a format that groups tokens: per query, K then V, the first slot still held in fp16
+  // residual rows (UINT64_MAX when none), and where its sequence's rows of this layer are, at
+  // residual + residual_offset[2 * query + side] as [kv_head][group][head_dim].
+  const std::uint64_t* held_from = nullptr;
+  const std::uint16_t* residual = nullptr;
+  const std::uint64_t* residual_offset = nullptr;
   // Per item and head of the item: running max and sum (2 floats) and weighted values [dim].
   float* partial = nullptr;
   // When scores are wanted (else null): base-2 logits of query i at logits + offset[i] * q_heads,

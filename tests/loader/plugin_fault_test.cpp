@@ -33,7 +33,7 @@ TEST(PluginFaults, EachBrokenPluginIsSkippedWithItsReason) {
   EXPECT_THAT(reasons.at("kvcache-test-no-entry.so"),
               HasSubstr("no entry function 'kvcache_plugin_entry' (not a kvcache plugin)"));
   EXPECT_EQ(reasons.at("kvcache-test-abi-mismatch.so"),
-            "ABI major mismatch: plugin is built for ABI 99.0, this host implements ABI 1.0");
+            "ABI major mismatch: plugin is built for ABI 99.0, this host implements ABI 1.1");
   EXPECT_EQ(reasons.at("kvcache-test-entry-throws.so"),
             "entry function threw an exception: boom: plugin initialisation failed");
   EXPECT_EQ(reasons.at("kvcache-test-entry-null.so"), "entry function returned no descriptor");

@@ -158,6 +158,16 @@ TEST_F(PluginRoundTrip, HostErrorsInCallbacksReachThePolicyAndComeBack) {
   expect_error([&] { policy->on_pressure(state, 1); }, Code::unsupported, "no per-token detail");
 }
 
+// A backend built against ABI 1.0 (tables only grow at the end): a 1.1 host loads it, uses what
+// 1.0 had, and treats what 1.1 added as absent instead of reading past its table.
+TEST_F(PluginRoundTrip, BackendFromAnOlderMinorVersionStillWorks) {
+  const auto backend = registry_->create_backend("test-abi-1-0");
+  ASSERT_EQ(backend->devices().size(), 1u);
+  EXPECT_EQ(backend->devices()[0].name, "ABI 1.0 device");
+  EXPECT_FALSE(backend->memory_bandwidth_gbps(1 << 20).has_value());
+  expect_error([&] { backend->create_store(StoreSpec{}); }, Code::unsupported, "makes no stores");
+}
+
 TEST_F(PluginRoundTrip, BackendDevicesAndAvailability) {
   const auto backend = registry_->create_backend("test-backend", {{"devices", 3}});
   const std::vector<DeviceInfo> devices = backend->devices();

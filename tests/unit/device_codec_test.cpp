@@ -117,8 +117,42 @@ TEST(DeviceCodec, RowsEncodeAndDecodeLikeTheReference) {
   }
 }
 
-TEST(DeviceCodec, FormatsTheKernelsCannotHoldAreRefused) {
-  EXPECT_THROW(device_format(parse_format("kivi-k", {{"group", 8}}), 64, 16, "test"), Error);
+// kivi-k: whole groups of tokens with per-channel scales, 4 and 2 bits.
+TEST(DeviceCodec, TokenGroupsEncodeAndDecodeLikeTheReference) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  constexpr std::uint32_t kPage = 32;
+  for (const std::uint32_t bits : {4u, 2u}) {
+    for (const std::uint32_t group : {8u, 16u, 32u}) {
+      for (const std::uint32_t dim : {16u, 128u}) {
+        const FormatSpec spec = parse_format("kivi-k", {{"group", group}, {"bits", bits}});
+        const StorageFormat layout = format_layout(spec, dim, kPage);
+        const DeviceFormat f = device_format(spec, dim, kPage, "test");
+        std::vector<std::uint8_t> tile(layout.tile_bytes, 0), want(layout.tile_bytes, 0);
+        std::vector<float> rows(std::size_t{group} * dim), decoded(dim);
+        auto* w = reinterpret_cast<std::byte*>(want.data());
+        for (std::uint32_t first = 0; first < kPage; first += group) {
+          for (std::size_t i = 0; i < rows.size(); ++i)  // as the stores hold them: fp16 values
+            rows[i] = float_from_fp16(fp16_from_float(normal(rng) * (i % dim == 3 ? 30.0f : 1.0f)));
+          encode_group(f, rows.data(), dim, tile.data(), first);
+          reference::encode_group(spec, rows, dim, w + slot_code_offset(layout, first),
+                                  w + slot_meta_offset(spec, layout, dim, first));
+        }
+        ASSERT_EQ(tile, want) << "bits " << bits << " group " << group << " dim " << dim;
+        for (std::uint32_t slot = 0; slot < kPage; ++slot) {
+          reference::decode(spec, w + slot_code_offset(layout, slot),
+                            w + slot_meta_offset(spec, layout, dim, slot), decoded);
+          const SlotReader reader(f, tile.data(), slot);
+          for (std::uint32_t i = 0; i < dim; ++i) ASSERT_EQ(reader[i], decoded[i]) << slot;
+        }
+      }
+    }
+  }
+}
+
+TEST(DeviceCodec, LayoutsTheKernelsCannotAddressAreRefused) {
+  // One fp16 slot of one element: the page's codes would not fill a 4-byte word.
+  EXPECT_THROW(device_format(parse_format("fp16"), 1, 1, "test"), Error);
 }
 
 }  // namespace

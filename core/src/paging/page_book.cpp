@@ -35,10 +35,17 @@ std::uint32_t page_count(const StoreSpec& s) {
   return static_cast<std::uint32_t>(std::min<std::uint64_t>(pages, 0x7FFFFFFF));
 }
 
+std::uint32_t tokens_per_group(const std::string& format, const nlohmann::json& options) {
+  const FormatSpec f = parse_format(format, options);
+  return f.groups_tokens() ? f.group : 0;
+}
+
 }  // namespace
 
 PageBook::PageBook(const StoreSpec& spec, PageMemory& memory)
     : spec_(validated(spec)),
+      k_group_(tokens_per_group(spec.k_format, spec.k_options)),
+      v_group_(tokens_per_group(spec.v_format, spec.v_options)),
       memory_(memory),
       pool_(page_count(spec_)),
       prefix_(pool_.total(), spec_.page_size),
@@ -108,8 +115,21 @@ StoreStats PageBook::stats(std::uint64_t page_bytes) const {
 
 SeqId PageBook::create() {
   const SeqId id = next_id_++;
-  sequences_[id].written.assign(spec_.model.layers, 0);
+  Sequence& s = sequences_[id];
+  s.written.assign(spec_.model.layers, 0);
+  const std::size_t rows = std::size_t{spec_.model.layers} * spec_.model.kv_heads;
+  s.residual_k.assign(rows * k_group_ * spec_.model.head_dim, 0);
+  s.residual_v.assign(rows * v_group_ * spec_.model.head_dim, 0);
   return id;
+}
+
+std::uint16_t* PageBook::residual_row(Sequence& s, std::uint32_t layer, std::uint32_t head,
+                                      bool value, std::uint64_t slot) const {
+  const std::uint32_t group = token_group(value);
+  std::vector<std::uint16_t>& residual = value ? s.residual_v : s.residual_k;
+  return residual.data() +
+         ((std::size_t{layer} * spec_.model.kv_heads + head) * group + slot % group) *
+             spec_.model.head_dim;
 }
 
 void PageBook::release(SeqId id) {
@@ -196,6 +216,11 @@ std::vector<PageBook::Sequence*> PageBook::check_append(std::uint32_t layer,
 
 std::uint64_t PageBook::drop(SeqId id, std::span<const PositionRange> ranges) {
   Sequence& s = find(id);
+  for (const bool value : {false, true})
+    if (token_group(value) != 0)
+      throw Error(Code::unsupported, "cannot drop tokens stored as " +
+                                         (value ? spec_.v_format : spec_.k_format) +
+                                         ": its scales span groups of tokens");
   if (!fully_written(s))
     throw Error(Code::invalid_argument, "cannot drop from sequence " + std::to_string(id) +
                                             " while reserved slots are unwritten");

@@ -67,6 +67,7 @@ class KVCACHE_API PageBook {
   std::uint32_t total_pages() const { return pool_.total(); }
   StoreStats stats(std::uint64_t page_bytes) const;
 
+  // A new empty sequence; with its residual rows sized when a format groups tokens.
   SeqId create();
   void release(SeqId id);
   SeqId fork(SeqId parent);
@@ -75,12 +76,28 @@ class KVCACHE_API PageBook {
   // `counts[i]` reserved unwritten slots in `layer`. The caller advances `written` when done.
   std::vector<Sequence*> check_append(std::uint32_t layer, std::span<const SeqId> ids,
                                       std::span<const std::uint32_t> counts);
+  // Error(unsupported) for a format that groups tokens: its scales span a group.
   std::uint64_t drop(SeqId id, std::span<const PositionRange> ranges);
   std::vector<Position> positions(SeqId id) const;
   void publish_prefix(SeqId id, std::span<const std::int32_t> token_ids);
   std::uint64_t match_prefix(SeqId id, std::span<const std::int32_t> token_ids);
   std::uint64_t evict_cached(std::uint64_t count);
   PageTable page_table(std::span<const SeqId> ids) const;
+
+  // Formats that group tokens (kivi-k): the group size of K or V, else 0. Slots from
+  // held_from() on wait in the sequence's residual rows until their group is complete.
+  std::uint32_t token_group(bool value) const { return value ? v_group_ : k_group_; }
+  std::uint64_t held_from(const Sequence& s, std::uint32_t layer, bool value) const {
+    const std::uint32_t g = token_group(value);
+    return g == 0 ? s.written[layer] : s.written[layer] / g * g;
+  }
+  // The fp16 residual row of (layer, head, K or V) for `slot` of its group being filled.
+  std::uint16_t* residual_row(Sequence& s, std::uint32_t layer, std::uint32_t head, bool value,
+                              std::uint64_t slot) const;
+  const std::uint16_t* residual_row(const Sequence& s, std::uint32_t layer, std::uint32_t head,
+                                    bool value, std::uint64_t slot) const {
+    return residual_row(const_cast<Sequence&>(s), layer, head, value, slot);
+  }
 
   Sequence& find(SeqId id);
   const Sequence& find(SeqId id) const;
@@ -102,6 +119,7 @@ class KVCACHE_API PageBook {
   }
 
   StoreSpec spec_;
+  std::uint32_t k_group_ = 0, v_group_ = 0;  // see token_group()
   PageMemory& memory_;
   PagePool pool_;
   PrefixIndex prefix_;
