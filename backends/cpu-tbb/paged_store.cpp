@@ -16,7 +16,7 @@
 namespace kvcache::cpu {
 
 PagedStore::PagedStore(const StoreSpec& spec)
-    : book_(spec, *this),
+    : PagedStoreBase(spec),
       page_size_(spec.page_size),
       k_codec_(parse_format(spec.k_format, spec.k_options), spec.model.head_dim, spec.page_size),
       v_codec_(parse_format(spec.v_format, spec.v_options), spec.model.head_dim, spec.page_size),
@@ -25,8 +25,6 @@ PagedStore::PagedStore(const StoreSpec& spec)
   const std::uint64_t heads = spec.model.kv_heads;
   k_pool_bytes_ = std::size_t{pages} * heads * k_codec_.layout().tile_bytes;
   layer_stride_ = k_pool_bytes_ + std::size_t{pages} * heads * v_codec_.layout().tile_bytes;
-  page_bytes_ = std::uint64_t{spec.model.layers} * heads *
-                (k_codec_.layout().tile_bytes + v_codec_.layout().tile_bytes);
   const std::size_t total = layer_stride_ * spec.model.layers;
   memory_.reset(static_cast<std::byte*>(std::aligned_alloc(64, (total + 63) / 64 * 64)));
   if (!memory_)
@@ -131,35 +129,6 @@ void PagedStore::read_row(const Sequence& s, std::uint32_t layer, std::uint32_t 
                static_cast<std::uint32_t>(slot % page_size_), row);
 }
 
-StoreInfo PagedStore::info() const {
-  return {page_size_, book_.total_pages(), page_bytes_, k_codec_.layout(), v_codec_.layout()};
-}
-
-StoreStats PagedStore::stats() const {
-  std::shared_lock lock(mutex_);
-  return book_.stats(page_bytes_);
-}
-
-SeqId PagedStore::create_sequence() {
-  std::unique_lock lock(mutex_);
-  return book_.create();
-}
-
-void PagedStore::release(SeqId id) {
-  std::unique_lock lock(mutex_);
-  book_.release(id);
-}
-
-SeqId PagedStore::fork(SeqId parent) {
-  std::unique_lock lock(mutex_);
-  return book_.fork(parent);
-}
-
-void PagedStore::reserve(std::span<const SeqId> ids, std::span<const std::uint32_t> tokens) {
-  std::unique_lock lock(mutex_);
-  book_.reserve(ids, tokens);
-}
-
 void PagedStore::append(std::uint32_t layer, std::span<const SeqId> ids,
                         std::span<const std::uint32_t> counts, const DLTensor& k,
                         const DLTensor& v) {
@@ -255,57 +224,10 @@ void PagedStore::append(std::uint32_t layer, std::span<const SeqId> ids,
   for (std::size_t i = 0; i < seqs.size(); ++i) seqs[i]->written[layer] += counts[i];
 }
 
-std::uint64_t PagedStore::drop(SeqId id, std::span<const PositionRange> ranges) {
-  std::unique_lock lock(mutex_);
-  return book_.drop(id, ranges);
-}
-
-std::uint64_t PagedStore::length(SeqId id) const {
-  std::shared_lock lock(mutex_);
-  return find(id).length;
-}
-
-std::uint64_t PagedStore::written(SeqId id, std::uint32_t layer) const {
-  std::shared_lock lock(mutex_);
-  const Sequence& s = find(id);
-  if (layer >= s.written.size()) throw Error(Code::invalid_argument, "layer out of range");
-  return s.written[layer];
-}
-
-std::vector<Position> PagedStore::positions(SeqId id) const {
-  std::shared_lock lock(mutex_);
-  return book_.positions(id);
-}
-
-std::vector<float> PagedStore::scores(SeqId id) const {
-  std::shared_lock lock(mutex_);
-  return find(id).scores;
-}
-
 PagedStore::LayerView PagedStore::view(SeqId id, std::uint32_t layer) {
   Sequence& s = find(id);
   book_.check_layer(layer);
   return {s.pages.data(), s.written[layer], s.scores.data()};
-}
-
-void PagedStore::publish_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
-  std::unique_lock lock(mutex_);
-  book_.publish_prefix(id, token_ids);
-}
-
-std::uint64_t PagedStore::match_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
-  std::unique_lock lock(mutex_);
-  return book_.match_prefix(id, token_ids);
-}
-
-std::uint64_t PagedStore::evict_cached(std::uint64_t count) {
-  std::unique_lock lock(mutex_);
-  return book_.evict_cached(count);
-}
-
-PageTable PagedStore::page_table(std::span<const SeqId> ids) const {
-  std::shared_lock lock(mutex_);
-  return book_.page_table(ids);
 }
 
 void PagedStore::gather(std::uint32_t layer, SeqId id, DLTensor& k, DLTensor& v) const {

@@ -1,5 +1,5 @@
-// The cpu-tbb CacheStore: the shared PageBook for bookkeeping, with per-layer K and V pools
-// carved from one host allocation made at creation.
+// The cpu-tbb CacheStore: the core's PagedStoreBase (a PageBook) for bookkeeping, with per-layer
+// K and V pools carved from one host allocation made at creation.
 //
 // Memory: for each layer, a K pool then a V pool, each [page][kv_head] tiles of the format's
 // tile_bytes. Structural changes (reserve, fork, drop, release, prefix) take the lock
@@ -14,38 +14,23 @@
 
 #include "input_rows.hpp"
 #include "kvcache/cache_store.hpp"
-#include "kvcache/paging/page_book.hpp"
+#include "kvcache/paging/paged_store_base.hpp"
 #include "slot_codec.hpp"
 
 namespace kvcache::cpu {
 
 using paging::PageId;
 
-class PagedStore final : public CacheStore, private paging::PageMemory {
+class PagedStore final : public paging::PagedStoreBase {
  public:
   explicit PagedStore(const StoreSpec& spec);
   ~PagedStore() override;
 
-  StoreInfo info() const override;
-  StoreStats stats() const override;
-  SeqId create_sequence() override;
-  void release(SeqId sequence) override;
-  SeqId fork(SeqId parent) override;
-  void reserve(std::span<const SeqId> sequences, std::span<const std::uint32_t> tokens) override;
   void append(std::uint32_t layer, std::span<const SeqId> sequences,
               std::span<const std::uint32_t> counts, const DLTensor& k, const DLTensor& v) override;
-  std::uint64_t drop(SeqId sequence, std::span<const PositionRange> ranges) override;
-  std::uint64_t length(SeqId sequence) const override;
-  std::uint64_t written(SeqId sequence, std::uint32_t layer) const override;
-  std::vector<Position> positions(SeqId sequence) const override;
-  void publish_prefix(SeqId sequence, std::span<const std::int32_t> token_ids) override;
-  std::uint64_t match_prefix(SeqId sequence, std::span<const std::int32_t> token_ids) override;
-  std::uint64_t evict_cached(std::uint64_t count) override;
-  PageTable page_table(std::span<const SeqId> sequences) const override;
   void gather(std::uint32_t layer, SeqId sequence, DLTensor& k, DLTensor& v) const override;
   std::vector<std::byte> read_tile(std::uint32_t page, std::uint32_t layer, std::uint32_t kv_head,
                                    bool value) const override;
-  std::vector<float> scores(SeqId sequence) const override;
 
   // What attention kernels read, valid while `lock_shared()` is held.
   struct LayerView {
@@ -55,8 +40,6 @@ class PagedStore final : public CacheStore, private paging::PageMemory {
   };
   std::shared_lock<std::shared_mutex> lock_shared() const { return std::shared_lock(mutex_); }
   LayerView view(SeqId sequence, std::uint32_t layer);
-  const StoreSpec& spec() const { return book_.spec(); }
-  std::uint32_t page_size() const { return book_.page_size(); }
   const SlotCodec& codec(bool value) const { return value ? v_codec_ : k_codec_; }
   const std::byte* tile_of(PageId page, std::uint32_t layer, std::uint32_t head, bool value) const {
     return tile(page, layer, head, value);
@@ -88,15 +71,12 @@ class PagedStore final : public CacheStore, private paging::PageMemory {
   void read_row(const Sequence& s, std::uint32_t layer, std::uint32_t head, bool value,
                 std::uint64_t slot, float* row) const;
 
-  paging::PageBook book_;
   std::uint32_t page_size_;
   SlotCodec k_codec_;
   SlotCodec v_codec_;
-  std::uint64_t page_bytes_ = 0;
   std::size_t layer_stride_ = 0;  // bytes of one layer's K and V pools
   std::size_t k_pool_bytes_ = 0;
   std::unique_ptr<std::byte, void (*)(void*)> memory_;
-  mutable std::shared_mutex mutex_;
 };
 
 }  // namespace kvcache::cpu

@@ -99,7 +99,8 @@ TensorView view_of(const DLTensor& t, std::uint64_t rows, std::uint32_t heads, s
   return v;
 }
 
-DeviceStore::DeviceStore(const StoreSpec& spec, int device) : book_(spec, *this), stream_(device) {
+DeviceStore::DeviceStore(const StoreSpec& spec, int device)
+    : PagedStoreBase(spec), stream_(device) {
   const ModelShape& m = spec.model;
   pools_.kv_heads = m.kv_heads;
   pools_.head_dim = m.head_dim;
@@ -108,7 +109,6 @@ DeviceStore::DeviceStore(const StoreSpec& spec, int device) : book_(spec, *this)
   const std::uint64_t pages = book_.total_pages();
   pools_.k_pool_bytes = pages * m.kv_heads * pools_.k.tile_bytes;
   pools_.layer_stride = pools_.k_pool_bytes + pages * m.kv_heads * pools_.v.tile_bytes;
-  page_bytes_ = std::uint64_t{m.layers} * m.kv_heads * (pools_.k.tile_bytes + pools_.v.tile_bytes);
   const std::uint64_t total = pools_.layer_stride * m.layers;
   pools_.pools = static_cast<std::uint8_t*>(memory_.reserve(total));
   stream_.fill(pools_.pools, spec.poison_unused ? 0xFF : 0, total);
@@ -116,40 +116,6 @@ DeviceStore::DeviceStore(const StoreSpec& spec, int device) : book_(spec, *this)
 }
 
 DeviceStore::~DeviceStore() = default;
-
-StoreInfo DeviceStore::info() const {
-  const StoreSpec& s = book_.spec();
-  return {s.page_size, book_.total_pages(), page_bytes_,
-          format_layout(parse_format(s.k_format, s.k_options), s.model.head_dim, s.page_size),
-          format_layout(parse_format(s.v_format, s.v_options), s.model.head_dim, s.page_size)};
-}
-
-StoreStats DeviceStore::stats() const {
-  std::shared_lock lock(mutex_);
-  return book_.stats(page_bytes_);
-}
-
-SeqId DeviceStore::create_sequence() {
-  std::unique_lock lock(mutex_);
-  return book_.create();
-}
-
-void DeviceStore::release(SeqId id) {
-  std::unique_lock lock(mutex_);
-  book_.release(id);
-}
-
-SeqId DeviceStore::fork(SeqId parent) {
-  std::unique_lock lock(mutex_);
-  return book_.fork(parent);
-}
-
-void DeviceStore::reserve(std::span<const SeqId> ids, std::span<const std::uint32_t> tokens) {
-  std::unique_lock lock(mutex_);
-  stream_.activate();
-  book_.reserve(ids, tokens);  // may poison or copy pages on the device
-  stream_.synchronize();
-}
 
 void DeviceStore::append(std::uint32_t layer, std::span<const SeqId> ids,
                          std::span<const std::uint32_t> counts, const DLTensor& k,
@@ -292,55 +258,6 @@ void DeviceStore::hold_tail_rows(const std::vector<paging::PageBook::Sequence*>&
   }
 }
 
-std::uint64_t DeviceStore::drop(SeqId id, std::span<const PositionRange> ranges) {
-  std::unique_lock lock(mutex_);
-  stream_.activate();
-  const std::uint64_t dropped = book_.drop(id, ranges);
-  stream_.synchronize();
-  return dropped;
-}
-
-std::uint64_t DeviceStore::length(SeqId id) const {
-  std::shared_lock lock(mutex_);
-  return book_.find(id).length;
-}
-
-std::uint64_t DeviceStore::written(SeqId id, std::uint32_t layer) const {
-  std::shared_lock lock(mutex_);
-  book_.check_layer(layer);
-  return book_.find(id).written[layer];
-}
-
-std::vector<Position> DeviceStore::positions(SeqId id) const {
-  std::shared_lock lock(mutex_);
-  return book_.positions(id);
-}
-
-void DeviceStore::publish_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
-  std::unique_lock lock(mutex_);
-  book_.publish_prefix(id, token_ids);
-}
-
-std::uint64_t DeviceStore::match_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
-  std::unique_lock lock(mutex_);
-  return book_.match_prefix(id, token_ids);
-}
-
-std::uint64_t DeviceStore::evict_cached(std::uint64_t count) {
-  std::unique_lock lock(mutex_);
-  return book_.evict_cached(count);
-}
-
-PageTable DeviceStore::page_table(std::span<const SeqId> ids) const {
-  std::shared_lock lock(mutex_);
-  return book_.page_table(ids);
-}
-
-std::vector<float> DeviceStore::scores(SeqId id) const {
-  std::shared_lock lock(mutex_);
-  return book_.find(id).scores;
-}
-
 void DeviceStore::gather(std::uint32_t layer, SeqId id, DLTensor& k, DLTensor& v) const {
   std::unique_lock lock(mutex_);
   book_.check_layer(layer);
@@ -405,11 +322,14 @@ std::vector<std::byte> DeviceStore::read_tile(std::uint32_t page, std::uint32_t 
 }
 
 void DeviceStore::poison(paging::PageId page, std::uint32_t from_slot) {
+  stream_.activate();
   launch_poison(pools_, book_.spec().model.layers, book_.page_size(), page, from_slot,
                 stream_.get());
+  stream_.synchronize();
 }
 
 void DeviceStore::copy_page(paging::PageId from, paging::PageId to) {
+  stream_.activate();
   for (std::uint32_t layer = 0; layer < book_.spec().model.layers; ++layer) {
     for (const bool value : {false, true}) {
       const std::uint64_t bytes = pools_.kv_heads * (value ? pools_.v : pools_.k).tile_bytes;
@@ -418,6 +338,7 @@ void DeviceStore::copy_page(paging::PageId from, paging::PageId to) {
       stream_.copy(pool + to * bytes, pool + from * bytes, bytes);
     }
   }
+  stream_.synchronize();
 }
 
 void DeviceStore::move_slots(std::span<const paging::SlotMove> moves) {
@@ -434,6 +355,7 @@ void DeviceStore::move_slots(std::span<const paging::SlotMove> moves) {
   const std::uint64_t lists_at = staging.add(lists.size() * 4);
   const std::uint64_t scratch_at = staging.add(n * slot_bytes(pools_, book_.spec().model.layers));
   auto* base = static_cast<std::uint8_t*>(staging_.reserve(staging.size()));
+  stream_.activate();
   stream_.upload(base + lists_at, lists.data(), lists.size() * 4);
   SlotMoveArgs a;
   a.pools = pools_;

@@ -1,8 +1,8 @@
-// The GPU CacheStore: the core's PageBook for bookkeeping (exactly as cpu-tbb, so a page means the
-// same on every backend) with per-layer K and V pools in one device allocation made at creation.
-// Appends encode on the device; K/V and outputs on the device are used in place, host tensors
-// are copied because the caller handed them over on the host. Every call has finished on the
-// device when it returns (one stream per store).
+// The GPU CacheStore: the core's PagedStoreBase (a PageBook) for bookkeeping, exactly as cpu-tbb,
+// so a page means the same on every backend, with per-layer K and V pools in one device allocation
+// made at creation. Appends encode on the device; K/V and outputs on the device are used in place,
+// host tensors are copied because the caller handed them over on the host. Every call has finished
+// on the device when it returns (one stream per store).
 //
 // kivi-k (scales over groups of tokens): the rows of a group still being filled wait in fp16 in
 // the book's residual on the host (attention uploads them); complete groups are encoded here.
@@ -11,13 +11,12 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <shared_mutex>
 #include <vector>
 
 #include "gpu_runtime.hpp"
 #include "kernels.hpp"
 #include "kvcache/cache_store.hpp"
-#include "kvcache/paging/page_book.hpp"
+#include "kvcache/paging/paged_store_base.hpp"
 
 namespace kvcache::gpu {
 
@@ -32,31 +31,16 @@ struct TensorView {
 TensorView view_of(const DLTensor& t, std::uint64_t rows, std::uint32_t heads, std::uint32_t dim,
                    int device, const char* name);
 
-class DeviceStore final : public CacheStore, private paging::PageMemory {
+class DeviceStore final : public paging::PagedStoreBase {
  public:
   DeviceStore(const StoreSpec& spec, int device);
   ~DeviceStore() override;
 
-  StoreInfo info() const override;
-  StoreStats stats() const override;
-  SeqId create_sequence() override;
-  void release(SeqId sequence) override;
-  SeqId fork(SeqId parent) override;
-  void reserve(std::span<const SeqId> sequences, std::span<const std::uint32_t> tokens) override;
   void append(std::uint32_t layer, std::span<const SeqId> sequences,
               std::span<const std::uint32_t> counts, const DLTensor& k, const DLTensor& v) override;
-  std::uint64_t drop(SeqId sequence, std::span<const PositionRange> ranges) override;
-  std::uint64_t length(SeqId sequence) const override;
-  std::uint64_t written(SeqId sequence, std::uint32_t layer) const override;
-  std::vector<Position> positions(SeqId sequence) const override;
-  void publish_prefix(SeqId sequence, std::span<const std::int32_t> token_ids) override;
-  std::uint64_t match_prefix(SeqId sequence, std::span<const std::int32_t> token_ids) override;
-  std::uint64_t evict_cached(std::uint64_t count) override;
-  PageTable page_table(std::span<const SeqId> sequences) const override;
   void gather(std::uint32_t layer, SeqId sequence, DLTensor& k, DLTensor& v) const override;
   std::vector<std::byte> read_tile(std::uint32_t page, std::uint32_t layer, std::uint32_t kv_head,
                                    bool value) const override;
-  std::vector<float> scores(SeqId sequence) const override;
 
   // For the attention of this backend. It holds the lock exclusively: the store's stream and
   // staging buffers are shared by every call.
@@ -83,18 +67,15 @@ class DeviceStore final : public CacheStore, private paging::PageMemory {
                       const std::vector<std::uint64_t>& first_row, std::uint32_t layer, bool value,
                       const TensorView& input);
 
-  // PageMemory: what the book asks of the device pools.
+  // PageMemory: what the book asks of the device pools, finished on the device on return.
   void poison(paging::PageId page, std::uint32_t from_slot) override;
   void copy_page(paging::PageId from, paging::PageId to) override;
   void move_slots(std::span<const paging::SlotMove> moves) override;
 
-  paging::PageBook book_;
   Stream stream_;
   DeviceBuffer memory_;
   PoolLayout pools_;
-  std::uint64_t page_bytes_ = 0;
   mutable DeviceBuffer staging_;  // inputs, page/slot lists, outputs of gather
-  mutable std::shared_mutex mutex_;
 };
 
 }  // namespace kvcache::gpu

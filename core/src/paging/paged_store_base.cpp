@@ -1,0 +1,93 @@
+#include "kvcache/paging/paged_store_base.hpp"
+
+#include <mutex>
+
+#include "kvcache/formats.hpp"
+
+namespace kvcache::paging {
+
+PagedStoreBase::PagedStoreBase(const StoreSpec& spec)
+    : book_(spec, *this),
+      k_layout_(format_layout(parse_format(spec.k_format, spec.k_options), spec.model.head_dim,
+                              spec.page_size)),
+      v_layout_(format_layout(parse_format(spec.v_format, spec.v_options), spec.model.head_dim,
+                              spec.page_size)),
+      page_bytes_(std::uint64_t{spec.model.layers} * spec.model.kv_heads *
+                  (k_layout_.tile_bytes + v_layout_.tile_bytes)) {}
+
+StoreInfo PagedStoreBase::info() const {
+  return {book_.page_size(), book_.total_pages(), page_bytes_, k_layout_, v_layout_};
+}
+
+StoreStats PagedStoreBase::stats() const {
+  std::shared_lock lock(mutex_);
+  return book_.stats(page_bytes_);
+}
+
+SeqId PagedStoreBase::create_sequence() {
+  std::unique_lock lock(mutex_);
+  return book_.create();
+}
+
+void PagedStoreBase::release(SeqId id) {
+  std::unique_lock lock(mutex_);
+  book_.release(id);
+}
+
+SeqId PagedStoreBase::fork(SeqId parent) {
+  std::unique_lock lock(mutex_);
+  return book_.fork(parent);
+}
+
+void PagedStoreBase::reserve(std::span<const SeqId> ids, std::span<const std::uint32_t> tokens) {
+  std::unique_lock lock(mutex_);
+  book_.reserve(ids, tokens);
+}
+
+std::uint64_t PagedStoreBase::drop(SeqId id, std::span<const PositionRange> ranges) {
+  std::unique_lock lock(mutex_);
+  return book_.drop(id, ranges);
+}
+
+std::uint64_t PagedStoreBase::length(SeqId id) const {
+  std::shared_lock lock(mutex_);
+  return book_.find(id).length;
+}
+
+std::uint64_t PagedStoreBase::written(SeqId id, std::uint32_t layer) const {
+  std::shared_lock lock(mutex_);
+  book_.check_layer(layer);
+  return book_.find(id).written[layer];
+}
+
+std::vector<Position> PagedStoreBase::positions(SeqId id) const {
+  std::shared_lock lock(mutex_);
+  return book_.positions(id);
+}
+
+void PagedStoreBase::publish_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
+  std::unique_lock lock(mutex_);
+  book_.publish_prefix(id, token_ids);
+}
+
+std::uint64_t PagedStoreBase::match_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
+  std::unique_lock lock(mutex_);
+  return book_.match_prefix(id, token_ids);
+}
+
+std::uint64_t PagedStoreBase::evict_cached(std::uint64_t count) {
+  std::unique_lock lock(mutex_);
+  return book_.evict_cached(count);
+}
+
+PageTable PagedStoreBase::page_table(std::span<const SeqId> ids) const {
+  std::shared_lock lock(mutex_);
+  return book_.page_table(ids);
+}
+
+std::vector<float> PagedStoreBase::scores(SeqId id) const {
+  std::shared_lock lock(mutex_);
+  return book_.find(id).scores;
+}
+
+}  // namespace kvcache::paging
