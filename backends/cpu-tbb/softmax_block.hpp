@@ -2,6 +2,7 @@
 // query heads of one KV head together (each K and V row is read once per group).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -21,21 +22,43 @@ struct SoftmaxState {
   void merge(const SoftmaxState& other, std::uint32_t dim);
 };
 
+// The query heads of a KV head in int8 for integer dot products with int8 keys: per (head,
+// chunk of kQueryChunk elements) codes = rne(q / scale) with scale = max|q| / 127, so each
+// element is off by at most scale / 2.
+inline constexpr std::uint32_t kQueryChunk = 64;
+struct QuantizedQuery {
+  std::vector<std::int8_t> codes;  // [group][dim]
+  std::vector<float> scales;       // [group][dim / kQueryChunk]
+  std::vector<std::int32_t> bias;  // [group][dim / kQueryChunk]: 128 x the chunk's code sum
+};
+QuantizedQuery quantize_query(const float* q, std::uint32_t group, std::uint32_t dim);
+
 // Base-2 logits of a block: logits[g * n + j] = q_g . k_j, with q already scaled by
 // scale * log2(e). q: [group][dim], k: [n][dim].
 void block_logits(const float* q, std::uint32_t group, std::uint32_t dim, const float* k,
                   std::uint32_t n, float* logits);
 
-// How value rows reach attend_block: float32 rows, or the stored fp16 rows read in place.
-enum class Values { float32, float16 };
-// Whether attend_block can read fp16 values in place for this shape.
-bool takes_fp16_values(std::uint32_t group, std::uint32_t dim);
+// How key or value rows reach attend_block: float32 rows, or stored rows read in place (fp16
+// codes, or int8 codes with one float scale per row).
+enum class Rows { float32, float16, int8 };
+struct RowBlock {
+  Rows kind = Rows::float32;
+  const void* rows = nullptr;     // [n][dim]
+  const float* scales = nullptr;  // int8: [n]
+  // The next tile of these rows, asked for into cache a little at a time during the block.
+  const std::byte* ahead = nullptr;
+  std::size_t ahead_bytes = 0;
+};
+// Whether attend_block reads values of this kind in place for this shape.
+bool takes_values(Rows kind, std::uint32_t group, std::uint32_t dim);
+// Whether attend_block reads int8 keys in place for this shape: integer dot products with the
+// quantized query, where the CPU has AVX-512 VNNI and KVCACHE_CPU_NO_VNNI is unset.
+bool takes_int8_keys(std::uint32_t group, std::uint32_t dim);
 
-// Adds n keys ([n][dim] float32) and values ([n][dim], as `values` says) to the state. `logits`
-// has room for group * n floats; k has room for n rounded up to 16 rows (rows past n are
-// overwritten).
-void attend_block(const float* q, std::uint32_t group, std::uint32_t dim, float* k, const void* v,
-                  Values values, std::uint32_t n, SoftmaxState& state, float* logits);
+// Adds n keys and values to the state. q: [group][dim] floats, and q8 the same quantized (int8
+// keys only). `logits` has room for group * n floats.
+void attend_block(const float* q, const QuantizedQuery* q8, std::uint32_t group, std::uint32_t dim,
+                  RowBlock k, RowBlock v, std::uint32_t n, SoftmaxState& state, float* logits);
 
 // 2^x for n floats in place (vectorized where the CPU allows).
 void exp2_in_place(float* x, std::uint32_t n);
