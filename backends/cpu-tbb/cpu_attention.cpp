@@ -169,23 +169,28 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   }
   first_item.back() = items.size();
 
-  // How K and V reach the kernel: int8 keys and fp16/int8 values are read in place where the
-  // kernel can; everything else is decoded into float32 rows first. Accumulated scores need the
-  // exact logits of the float path (the weights must match the reference), so they keep it.
+  // How K and V reach the kernel: int8 and int4 (groups of 32) keys and fp16/int8 values are
+  // read in place where the kernel can; everything else is decoded into float32 rows first.
+  // Accumulated scores need the exact logits of the float path (the weights must match the
+  // reference), so they keep it.
   const SlotCodec& kc = store->codec(false);
   const SlotCodec& vc = store->codec(true);
-  const Rows key_rows = kc.spec().kind == FormatKind::int8_per_token && !r.accumulate_scores &&
-                                takes_int8_keys(group, dim)
-                            ? Rows::int8
-                            : Rows::float32;
+  const Rows key_format = kc.spec().kind == FormatKind::int8_per_token ? Rows::int8
+                          : kc.spec().kind == FormatKind::int4_group && kc.spec().group == 32
+                              ? Rows::int4
+                              : Rows::float32;
+  const Rows key_rows =
+      key_format != Rows::float32 && !r.accumulate_scores && takes_keys(key_format, group, dim)
+          ? key_format
+          : Rows::float32;
   const Rows value_rows = vc.spec().kind == FormatKind::fp16             ? Rows::float16
                           : vc.spec().kind == FormatKind::int8_per_token ? Rows::int8
                                                                          : Rows::float32;
   const Rows stored_values = takes_values(value_rows, group, dim) ? value_rows : Rows::float32;
-  std::vector<QuantizedQuery> q8;  // per (query, KV head), for int8 keys
-  if (key_rows == Rows::int8)
+  std::vector<QuantizedQuery> q8;  // per (query, KV head), for int8 and int4 keys
+  if (key_rows != Rows::float32)
     for (std::uint64_t pair = 0; pair < queries * kv_heads; ++pair)
-      q8.push_back(quantize_query(q.data() + pair * group * dim, group, dim));
+      q8.push_back(quantize_query(q.data() + pair * group * dim, group, dim, key_rows));
 
   // Walks the key blocks of an item (at most one page each): rows read in place are passed as
   // they are stored (with their next tile to prefetch), the others decoded into k and v; values
@@ -213,13 +218,9 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
                   : nullptr;
           const auto first = static_cast<std::uint32_t>(b % page);
           if (kind != Rows::float32) {
-            blocks[value] = {
-                kind, tile + slot_code_offset(codec.layout(), first),
-                kind == Rows::int8
-                    ? reinterpret_cast<const float*>(
-                          tile + slot_meta_offset(codec.spec(), codec.layout(), dim, first))
-                    : nullptr,
-                ahead, codec.layout().tile_bytes};
+            blocks[value] = {kind, tile + slot_code_offset(codec.layout(), first),
+                             tile + slot_meta_offset(codec.spec(), codec.layout(), dim, first),
+                             ahead, codec.layout().tile_bytes};
             continue;
           }
           float* rows = value ? v : k;

@@ -143,9 +143,9 @@ struct Block16 {
   const float* q;
   const QuantizedQuery* q8;
   const void* k;
-  const float* k_scales;  // int8 keys: 16
+  const void* k_meta;  // int8 and int4 keys: 16 rows
   const void* v;
-  const float* v_scales;  // int8 values: n
+  const void* v_meta;  // int8 values: n rows
   std::uint32_t n;
   struct Ahead {
     const std::byte* from;
@@ -197,8 +197,7 @@ KVCACHE_AVX512 KVCACHE_INLINE void add_values16(const Block16& b, float (*weight
   constexpr int C = D / 16;                   // vectors per row
   constexpr int H = C < 16 / G ? C : 16 / G;  // vectors per pass over the values
   if constexpr (V == Rows::int8) {
-    const __m512 scales =
-        _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << b.n) - 1), b.v_scales);
+    const __m512 scales = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << b.n) - 1), b.v_meta);
     for (int g = 0; g < G; ++g)
       _mm512_store_ps(weight[g], _mm512_mul_ps(_mm512_load_ps(weight[g]), scales));
   }
@@ -262,7 +261,8 @@ KVCACHE_VNNI void attend16_int8(const Block16& b) {
   constexpr int Chunks = D / static_cast<int>(kQueryChunk);
   const __m512i slot = _mm512_load_si512(sum_order().slot_of_lane);
   const __mmask16 present = _mm512_cmplt_epi32_mask(slot, _mm512_set1_epi32(static_cast<int>(b.n)));
-  const __m512 k_scales = _mm512_permutexvar_ps(slot, _mm512_loadu_ps(b.k_scales));
+  const __m512 k_scales =
+      _mm512_permutexvar_ps(slot, _mm512_loadu_ps(static_cast<const float*>(b.k_meta)));
   const auto* k = static_cast<const std::int8_t*>(b.k);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   alignas(64) float weight[G][16];
@@ -278,10 +278,62 @@ KVCACHE_VNNI void attend16_int8(const Block16& b) {
       const __m512i dots = _mm512_sub_epi32(_mm512_castps_si512(sum_lanes16<AddInts>(s)),
                                             _mm512_set1_epi32(b.q8->bias[g * Chunks + c]));
       logits = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots),
-                               _mm512_set1_ps(b.q8->scales[g * Chunks + c]), logits);
+                               _mm512_set1_ps(b.q8->steps[g * Chunks + c]), logits);
     }
     softmax16<D>(_mm512_mul_ps(logits, k_scales), present, b.m[g], b.l[g], b.acc + g * D,
                  weight[g]);
+  }
+  add_values16<G, D, V>(b, weight);
+}
+
+// The same with 16 int4 keys (groups of 32; D of 64 or 128: one vector of packed codes at
+// most). The low nibbles are the even elements and the high ones the odd elements, so a vector
+// of each, against the query's even and odd codes, makes 32-bit lanes 4i..4i+3 the partial dot
+// products of group i: per lane, times the group's scale and the query chunk's step, plus the
+// group's minimum times the query codes' sum, then summed across lanes.
+template <int G, int D, Rows V>
+KVCACHE_VNNI void attend16_int4(const Block16& b) {
+  static_assert(D == 64 || D == 128);
+  constexpr __mmask64 half = D == 128 ? ~__mmask64{0} : (__mmask64{1} << (D / 2)) - 1;
+  constexpr int MetaHalves = D / 32 * 2;  // (scale, minimum) per group
+  const __m512i slot = _mm512_load_si512(sum_order().slot_of_lane);
+  const __mmask16 present = _mm512_cmplt_epi32_mask(slot, _mm512_set1_epi32(static_cast<int>(b.n)));
+  const auto* k = static_cast<const std::byte*>(b.k);
+  const auto* meta = static_cast<const std::byte*>(b.k_meta);
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  // Lane 4i..4i+3 takes group i's scale (halves 2i) or minimum (2i + 1); past D, the zeros
+  // loaded beyond the row's halves.
+  const __m512i scale_of_lane = _mm512_set_epi32(6, 6, 6, 6, 4, 4, 4, 4, 2, 2, 2, 2, 0, 0, 0, 0);
+  const __m512i minimum_of_lane = _mm512_set_epi32(7, 7, 7, 7, 5, 5, 5, 5, 3, 3, 3, 3, 1, 1, 1, 1);
+  // Unpacked once for all heads.
+  __m512i even[16], odd[16];
+  __m512 scale[16], minimum[16];
+  for (int j = 0; j < 16; ++j) {
+    const __m512i packed = _mm512_maskz_loadu_epi8(half, k + j * D / 2);
+    even[j] = _mm512_and_si512(packed, nibble);
+    odd[j] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble);
+    const __m128i halves = MetaHalves == 8
+                               ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(meta + j * 16))
+                               : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(meta + j * 8));
+    const __m512 params = _mm512_cvtph_ps(_mm256_zextsi128_si256(halves));
+    scale[j] = _mm512_permutexvar_ps(scale_of_lane, params);
+    minimum[j] = _mm512_permutexvar_ps(minimum_of_lane, params);
+  }
+  alignas(64) float weight[G][16];
+  for (int g = 0; g < G; ++g) {
+    const std::int8_t* codes = b.q8->codes.data() + g * D;
+    const __m512i q_even = _mm512_maskz_loadu_epi8(half, codes);
+    const __m512i q_odd = _mm512_maskz_loadu_epi8(half, codes + D / 2);
+    const __m512 steps = _mm512_loadu_ps(b.q8->lane_steps.data() + 16 * g);
+    const __m512 sums = _mm512_loadu_ps(b.q8->lane_sums.data() + 16 * g);
+    __m512 s[16];
+    for (int j = 0; j < 16; ++j) {
+      const __m512i dots = _mm512_dpbusd_epi32(
+          _mm512_dpbusd_epi32(_mm512_setzero_si512(), even[j], q_even), odd[j], q_odd);
+      s[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots), _mm512_mul_ps(scale[j], steps),
+                             _mm512_mul_ps(minimum[j], sums));
+    }
+    softmax16<D>(sum_lanes16<AddFloats>(s), present, b.m[g], b.l[g], b.acc + g * D, weight[g]);
   }
   add_values16<G, D, V>(b, weight);
 }
@@ -290,7 +342,17 @@ using Attend16 = void (*)(const Block16&);
 
 template <int G, int D, Rows V>
 Attend16 for_keys(Rows keys) {
-  return keys == Rows::int8 ? &attend16_int8<G, D, V> : &attend16<G, D, V>;
+  switch (keys) {
+    case Rows::float32:
+      return &attend16<G, D, V>;
+    case Rows::int8:
+      return &attend16_int8<G, D, V>;
+    case Rows::int4:
+      return &attend16_int4<G, D, V>;
+    case Rows::float16:
+      break;
+  }
+  return nullptr;
 }
 
 template <int G, int D>
@@ -301,9 +363,11 @@ Attend16 for_shape(Rows keys, Rows values) {
     case Rows::int8:
       return for_keys<G, D, Rows::int8>(keys);
     case Rows::float32:
+      return for_keys<G, D, Rows::float32>(keys);
+    case Rows::int4:
       break;
   }
-  return for_keys<G, D, Rows::float32>(keys);
+  return nullptr;
 }
 
 #pragma GCC diagnostic pop
@@ -324,45 +388,76 @@ bool vnni() {
   return yes;
 }
 
-// The kernel for a shape and row kinds, or null. Keys are float32 or int8 (with VNNI).
+// The kernel for a shape and row kinds, or null: keys float32, or int8 and int4 with VNNI;
+// values float32, float16 or int8.
 Attend16 specialized(std::uint32_t group, std::uint32_t dim, Rows keys, Rows values) {
-  if (!avx512() || keys == Rows::float16 || (keys == Rows::int8 && !vnni())) return nullptr;
+  if (!avx512() || ((keys == Rows::int8 || keys == Rows::int4) && !vnni())) return nullptr;
 #define KVCACHE_CASE(G, D) \
   if (group == G && dim == D) return for_shape<G, D>(keys, values);
   KVCACHE_CASE(1, 64)
   KVCACHE_CASE(2, 64)
-  KVCACHE_CASE(4, 64) KVCACHE_CASE(8, 64) KVCACHE_CASE(1, 128) KVCACHE_CASE(2, 128)
-      KVCACHE_CASE(4, 128) KVCACHE_CASE(8, 128)
+  KVCACHE_CASE(4, 64)
+  KVCACHE_CASE(8, 64)
+  KVCACHE_CASE(1, 128) KVCACHE_CASE(2, 128) KVCACHE_CASE(4, 128) KVCACHE_CASE(8, 128)
 #undef KVCACHE_CASE
-          return nullptr;
+      return nullptr;
 }
 constexpr std::uint32_t kMaxDim = 128;  // of the specialized shapes
 
 std::size_t row_bytes(Rows kind, std::uint32_t dim) {
-  return dim * (kind == Rows::float32 ? 4u : kind == Rows::float16 ? 2u : 1u);
+  switch (kind) {
+    case Rows::float32:
+      return dim * 4;
+    case Rows::float16:
+      return dim * 2;
+    case Rows::int8:
+      return dim;
+    case Rows::int4:
+      return dim / 2;
+  }
+  return 0;
+}
+std::size_t meta_bytes(Rows kind, std::uint32_t dim) {
+  return kind == Rows::int8 ? 4 : kind == Rows::int4 ? dim / 32 * 4 : 0;
 }
 
 }  // namespace
 
-QuantizedQuery quantize_query(const float* q, std::uint32_t group, std::uint32_t dim) {
+QuantizedQuery quantize_query(const float* q, std::uint32_t group, std::uint32_t dim, Rows keys) {
   const std::uint32_t chunks = dim / kQueryChunk;
-  QuantizedQuery out{std::vector<std::int8_t>(std::size_t{group} * dim),
-                     std::vector<float>(std::size_t{group} * chunks),
-                     std::vector<std::int32_t>(std::size_t{group} * chunks)};
+  QuantizedQuery out;
+  out.codes.resize(std::size_t{group} * dim);
+  std::vector<std::int32_t> sums(std::size_t{group} * dim / 32);  // per group of 32
+  std::vector<float> steps(std::size_t{group} * chunks);
   for (std::uint32_t c = 0; c < group * chunks; ++c) {
     const float* x = q + std::size_t{c} * kQueryChunk;
     float top = 0.0f;
     for (std::uint32_t i = 0; i < kQueryChunk; ++i) top = std::max(top, std::fabs(x[i]));
-    const float scale = top / 127.0f;
-    std::int32_t sum = 0;
+    steps[c] = top / 127.0f;
     for (std::uint32_t i = 0; i < kQueryChunk; ++i) {
+      const std::size_t at = std::size_t{c} * kQueryChunk + i;
       const auto code =
-          static_cast<std::int8_t>(scale > 0.0f ? std::nearbyint(x[i] / scale) : 0.0f);
-      out.codes[std::size_t{c} * kQueryChunk + i] = code;
-      sum += code;
+          static_cast<std::int8_t>(steps[c] > 0.0f ? std::nearbyint(x[i] / steps[c]) : 0.0f);
+      // int4 keys: even elements first, then odd ones, per head.
+      const std::size_t head = at / dim, e = at % dim;
+      out.codes[keys == Rows::int4 ? head * dim + (e % 2) * (dim / 2) + e / 2 : at] = code;
+      sums[at / 32] += code;
     }
-    out.scales[c] = scale;
-    out.bias[c] = 128 * sum;
+  }
+  if (keys == Rows::int8) {
+    out.steps = steps;
+    for (std::uint32_t c = 0; c < group * chunks; ++c)
+      out.bias.push_back(128 * (sums[2 * c] + sums[2 * c + 1]));
+  } else {
+    out.lane_steps.assign(std::size_t{group} * 16, 0.0f);
+    out.lane_sums.assign(out.lane_steps.size(), 0.0f);
+    for (std::uint32_t h = 0; h < group; ++h)
+      for (std::uint32_t lane = 0; lane < std::min(16u, dim / 8); ++lane) {
+        const std::uint32_t g = h * dim / 32 + lane / 4;  // lane's group of 32
+        const float step = steps[g * 32 / kQueryChunk];
+        out.lane_steps[h * 16 + lane] = step;
+        out.lane_sums[h * 16 + lane] = step * static_cast<float>(sums[g]) / 4.0f;
+      }
   }
   return out;
 }
@@ -393,8 +488,8 @@ bool takes_values(Rows kind, std::uint32_t group, std::uint32_t dim) {
   return specialized(group, dim, Rows::float32, kind) != nullptr;
 }
 
-bool takes_int8_keys(std::uint32_t group, std::uint32_t dim) {
-  return specialized(group, dim, Rows::int8, Rows::float32) != nullptr;
+bool takes_keys(Rows kind, std::uint32_t group, std::uint32_t dim) {
+  return specialized(group, dim, kind, Rows::float32) != nullptr;
 }
 
 void attend_block(const float* q, const QuantizedQuery* q8, std::uint32_t group, std::uint32_t dim,
@@ -409,16 +504,16 @@ void attend_block(const float* q, const QuantizedQuery* q8, std::uint32_t group,
     };
     // The kernel reads 16 key rows: a partial block's are copied and padded with zeros (finite;
     // their weight is 0).
-    alignas(64) std::byte pad[16 * kMaxDim * 4];
-    alignas(64) float pad_scales[16];
+    alignas(64) std::byte pad[16 * kMaxDim * 4], pad_meta[16 * kMaxDim / 32 * 4];
+    const std::size_t key_meta = meta_bytes(k.kind, dim);
     for (std::uint32_t b = 0; b < blocks; ++b) {
       const std::uint32_t j = 16 * b, rows = std::min(16u, n - j);
       Block16 block{q,
                     q8,
                     keys + j * key_bytes,
-                    k.scales == nullptr ? nullptr : k.scales + j,
+                    static_cast<const std::byte*>(k.meta) + j * key_meta,
                     values + j * value_bytes,
-                    v.scales == nullptr ? nullptr : v.scales + j,
+                    static_cast<const std::byte*>(v.meta) + j * meta_bytes(v.kind, dim),
                     rows,
                     {},
                     state.m.data(),
@@ -435,9 +530,10 @@ void attend_block(const float* q, const QuantizedQuery* q8, std::uint32_t group,
         std::memcpy(pad, block.k, rows * key_bytes);
         std::memset(pad + rows * key_bytes, 0, (16 - rows) * key_bytes);
         block.k = pad;
-        if (k.scales != nullptr) {
-          std::fill(std::copy_n(block.k_scales, rows, pad_scales), pad_scales + 16, 0.0f);
-          block.k_scales = pad_scales;
+        if (key_meta > 0) {
+          std::memcpy(pad_meta, block.k_meta, rows * key_meta);
+          std::memset(pad_meta + rows * key_meta, 0, (16 - rows) * key_meta);
+          block.k_meta = pad_meta;
         }
       }
       fast(block);

@@ -22,41 +22,48 @@ struct SoftmaxState {
   void merge(const SoftmaxState& other, std::uint32_t dim);
 };
 
-// The query heads of a KV head in int8 for integer dot products with int8 keys: per (head,
-// chunk of kQueryChunk elements) codes = rne(q / scale) with scale = max|q| / 127, so each
-// element is off by at most scale / 2.
-inline constexpr std::uint32_t kQueryChunk = 64;
-struct QuantizedQuery {
-  std::vector<std::int8_t> codes;  // [group][dim]
-  std::vector<float> scales;       // [group][dim / kQueryChunk]
-  std::vector<std::int32_t> bias;  // [group][dim / kQueryChunk]: 128 x the chunk's code sum
-};
-QuantizedQuery quantize_query(const float* q, std::uint32_t group, std::uint32_t dim);
-
 // Base-2 logits of a block: logits[g * n + j] = q_g . k_j, with q already scaled by
 // scale * log2(e). q: [group][dim], k: [n][dim].
 void block_logits(const float* q, std::uint32_t group, std::uint32_t dim, const float* k,
                   std::uint32_t n, float* logits);
 
 // How key or value rows reach attend_block: float32 rows, or stored rows read in place (fp16
-// codes, or int8 codes with one float scale per row).
-enum class Rows { float32, float16, int8 };
+// codes; int8 codes with one float scale per row; int4 codes of groups of 32, two per byte,
+// with an fp16 scale and minimum per group).
+enum class Rows { float32, float16, int8, int4 };
 struct RowBlock {
   Rows kind = Rows::float32;
-  const void* rows = nullptr;     // [n][dim]
-  const float* scales = nullptr;  // int8: [n]
+  const void* rows = nullptr;  // [n][dim]
+  const void* meta = nullptr;  // int8 and int4: [n] rows of scales (and minima)
   // The next tile of these rows, asked for into cache a little at a time during the block.
   const std::byte* ahead = nullptr;
   std::size_t ahead_bytes = 0;
 };
+
+// The query heads of a KV head in int8 for integer dot products with int8 or int4 keys: per
+// (head, chunk of kQueryChunk elements) codes = rne(q / step) with step = max|q| / 127, so each
+// element is off by at most step / 2.
+inline constexpr std::uint32_t kQueryChunk = 64;
+struct QuantizedQuery {
+  // [group][dim]; for int4 keys each head's even elements, then its odd ones (the order in
+  // which the kernel unpacks the nibbles).
+  std::vector<std::int8_t> codes;
+  std::vector<float> steps;        // int8 keys: [group][dim / kQueryChunk]
+  std::vector<std::int32_t> bias;  // int8 keys: [group][dim / kQueryChunk], 128 x the code sum
+  // int4 keys, per head and per 32-bit lane of the kernel's dot products (lanes 4i..4i+3 hold
+  // group i): the chunk's step, and the step times the group's code sum / 4 (the minimum term).
+  std::vector<float> lane_steps, lane_sums;  // [group][16]
+};
+QuantizedQuery quantize_query(const float* q, std::uint32_t group, std::uint32_t dim, Rows keys);
+
 // Whether attend_block reads values of this kind in place for this shape.
 bool takes_values(Rows kind, std::uint32_t group, std::uint32_t dim);
-// Whether attend_block reads int8 keys in place for this shape: integer dot products with the
-// quantized query, where the CPU has AVX-512 VNNI and KVCACHE_CPU_NO_VNNI is unset.
-bool takes_int8_keys(std::uint32_t group, std::uint32_t dim);
+// Whether attend_block reads int8 or int4 keys in place for this shape: integer dot products
+// with the quantized query, where the CPU has AVX-512 VNNI and KVCACHE_CPU_NO_VNNI is unset.
+bool takes_keys(Rows kind, std::uint32_t group, std::uint32_t dim);
 
 // Adds n keys and values to the state. q: [group][dim] floats, and q8 the same quantized (int8
-// keys only). `logits` has room for group * n floats.
+// and int4 keys). `logits` has room for group * n floats.
 void attend_block(const float* q, const QuantizedQuery* q8, std::uint32_t group, std::uint32_t dim,
                   RowBlock k, RowBlock v, std::uint32_t n, SoftmaxState& state, float* logits);
 

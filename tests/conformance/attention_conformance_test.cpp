@@ -66,16 +66,17 @@ double format_tolerance(const std::string& format) {
   return 0.35;  // 4-bit and 2-bit codes
 }
 
-// Whether the backend rounds q to int8 for integer dot products: cpu-tbb does for int8 keys
-// (every shape here has such a kernel) where the CPU has AVX-512 VNNI, unless
-// KVCACHE_CPU_NO_VNNI is set (ctest runs the int8 cases both ways) or scores are accumulated
+// Whether the backend rounds q to int8 for integer dot products: cpu-tbb does for int8 keys and
+// int4 keys in groups of 32 (every shape here has such a kernel) where the CPU has AVX-512 VNNI,
+// unless KVCACHE_CPU_NO_VNNI is set (ctest runs the int8 cases both ways) or scores are accumulated
 // (they keep the float logits). It then computes attention for round_query(q) exactly.
 bool rounds_query(const std::string& backend, const std::string& format, bool scores) {
 #if defined(__x86_64__) || defined(__i386__)
   const char* off = std::getenv("KVCACHE_CPU_NO_VNNI");
   const bool forced_off = off != nullptr && *off != '\0' && std::string_view(off) != "0";
-  return backend == "cpu-tbb" && format == "int8-per-token" && !scores && !forced_off &&
-         __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
+  return backend == "cpu-tbb" && (format == "int8-per-token" || format == "int4-group") &&
+         !scores && !forced_off && __builtin_cpu_supports("avx512vnni") &&
+         __builtin_cpu_supports("avx512bw");
 #else
   return false;
 #endif
