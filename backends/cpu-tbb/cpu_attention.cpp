@@ -169,24 +169,33 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   }
   first_item.back() = items.size();
 
-  // How K and V reach the kernel: int8 and int4 (groups of 32) keys and fp16/int8 values are
-  // read in place where the kernel can; everything else is decoded into float32 rows first.
+  // How K and V reach the kernel: int8 and int4 (groups of 32) keys and fp16, int8 and int4
+  // values are read in place where the kernel can (fp16 keys are decoded once rather than once
+  // per query head); everything else is decoded into float32 rows first.
   // Accumulated scores need the exact logits of the float path (the weights must match the
   // reference), so they keep it.
   const SlotCodec& kc = store->codec(false);
   const SlotCodec& vc = store->codec(true);
-  const Rows key_format = kc.spec().kind == FormatKind::int8_per_token ? Rows::int8
-                          : kc.spec().kind == FormatKind::int4_group && kc.spec().group == 32
-                              ? Rows::int4
-                              : Rows::float32;
+  // The row kind in which a codec's rows can be read in place.
+  const auto stored_kind = [](const SlotCodec& codec) {
+    switch (codec.spec().kind) {
+      case FormatKind::fp16:
+        return Rows::float16;
+      case FormatKind::int8_per_token:
+        return Rows::int8;
+      case FormatKind::int4_group:
+        return codec.spec().group == 32 ? Rows::int4 : Rows::float32;
+      default:
+        return Rows::float32;
+    }
+  };
+  const Rows key_format = stored_kind(kc) == Rows::float16 ? Rows::float32 : stored_kind(kc);
   const Rows key_rows =
       key_format != Rows::float32 && !r.accumulate_scores && takes_keys(key_format, group, dim)
           ? key_format
           : Rows::float32;
-  const Rows value_rows = vc.spec().kind == FormatKind::fp16             ? Rows::float16
-                          : vc.spec().kind == FormatKind::int8_per_token ? Rows::int8
-                                                                         : Rows::float32;
-  const Rows stored_values = takes_values(value_rows, group, dim) ? value_rows : Rows::float32;
+  const Rows stored_values =
+      takes_values(stored_kind(vc), group, dim) ? stored_kind(vc) : Rows::float32;
   std::vector<QuantizedQuery> q8;  // per (query, KV head), for int8 and int4 keys
   if (key_rows != Rows::float32)
     for (std::uint64_t pair = 0; pair < queries * kv_heads; ++pair)

@@ -191,15 +191,45 @@ KVCACHE_AVX512 KVCACHE_INLINE void softmax16(__m512 sums, __mmask16 present, flo
 }
 
 // Adds the first n value rows times their weights, over parts of D so that all accumulators
-// stay in registers. int8 rows: the row's scale multiplies its weight, not every element.
+// stay in registers. The codes are dequantized through the weights: an int8 row's scale
+// multiplies its weight; an int4 row's scales make one weight per group of 32 (code x scale),
+// and its minima times the weights one sum per group, added to the group's elements at the end.
 template <int G, int D, Rows V>
 KVCACHE_AVX512 KVCACHE_INLINE void add_values16(const Block16& b, float (*weight)[16]) {
   constexpr int C = D / 16;                   // vectors per row
   constexpr int H = C < 16 / G ? C : 16 / G;  // vectors per pass over the values
+  constexpr int Groups = V == Rows::int4 ? D / 32 : 1;
+  alignas(64) float group_weight[G][Groups][16];
+  float group_minimum[G][Groups];
   if constexpr (V == Rows::int8) {
     const __m512 scales = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << b.n) - 1), b.v_meta);
     for (int g = 0; g < G; ++g)
       _mm512_store_ps(weight[g], _mm512_mul_ps(_mm512_load_ps(weight[g]), scales));
+  } else if constexpr (V == Rows::int4) {
+    static_assert(D <= 128);
+    // Row j: (scale, minimum) per group as floats; rows past n zeros.
+    alignas(64) float params[16][8] = {};
+    const auto* meta = static_cast<const std::byte*>(b.v_meta);
+    for (std::uint32_t j = 0; j < b.n; ++j) {
+      const __m128i halves = D == 128
+                                 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(meta + j * 16))
+                                 : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(meta + j * 8));
+      _mm256_store_ps(params[j],
+                      _mm512_castps512_ps256(_mm512_cvtph_ps(_mm256_zextsi128_si256(halves))));
+    }
+    const __m512i row = _mm512_slli_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 3);
+    for (int i = 0; i < Groups; ++i) {
+      const __m512 scale =
+          _mm512_i32gather_ps(_mm512_add_epi32(row, _mm512_set1_epi32(2 * i)), &params[0][0], 4);
+      const __m512 minimum = _mm512_i32gather_ps(
+          _mm512_add_epi32(row, _mm512_set1_epi32(2 * i + 1)), &params[0][0], 4);
+      for (int g = 0; g < G; ++g) {
+        const __m512 w = _mm512_load_ps(weight[g]);
+        _mm512_store_ps(group_weight[g][i], _mm512_mul_ps(w, scale));
+        group_minimum[g][i] = _mm512_reduce_add_ps(_mm512_mul_ps(w, minimum));
+      }
+    }
   }
   for (int pass = 0; pass < C; pass += H) {
     __m512 a[G][H];
@@ -216,17 +246,35 @@ KVCACHE_AVX512 KVCACHE_INLINE void add_values16(const Block16& b, float (*weight
         } else if constexpr (V == Rows::int8) {
           vj[h] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
               reinterpret_cast<const __m128i*>(static_cast<const std::int8_t*>(b.v) + at))));
+        } else if constexpr (V == Rows::int4) {
+          // 8 bytes hold 16 codes, the even element in the low nibble.
+          const __m128i packed = _mm_loadl_epi64(
+              reinterpret_cast<const __m128i*>(static_cast<const std::byte*>(b.v) + at / 2));
+          const __m128i codes =
+              _mm_unpacklo_epi8(_mm_and_si128(packed, _mm_set1_epi8(0x0F)),
+                                _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)));
+          vj[h] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(codes));
         } else {
           vj[h] = _mm512_loadu_ps(static_cast<const float*>(b.v) + at);
         }
       }
       for (int g = 0; g < G; ++g) {
-        const __m512 w = _mm512_set1_ps(weight[g][j]);
-        for (int h = 0; h < H; ++h) a[g][h] = _mm512_fmadd_ps(w, vj[h], a[g][h]);
+        if constexpr (V == Rows::int4) {
+          for (int h = 0; h < H; ++h)
+            a[g][h] =
+                _mm512_fmadd_ps(_mm512_set1_ps(group_weight[g][(pass + h) / 2][j]), vj[h], a[g][h]);
+        } else {
+          const __m512 w = _mm512_set1_ps(weight[g][j]);
+          for (int h = 0; h < H; ++h) a[g][h] = _mm512_fmadd_ps(w, vj[h], a[g][h]);
+        }
       }
     }
     for (int g = 0; g < G; ++g)
-      for (int h = 0; h < H; ++h) _mm512_storeu_ps(b.acc + g * D + 16 * (pass + h), a[g][h]);
+      for (int h = 0; h < H; ++h) {
+        if constexpr (V == Rows::int4)
+          a[g][h] = _mm512_add_ps(a[g][h], _mm512_set1_ps(group_minimum[g][(pass + h) / 2]));
+        _mm512_storeu_ps(b.acc + g * D + 16 * (pass + h), a[g][h]);
+      }
   }
 }
 
@@ -365,7 +413,7 @@ Attend16 for_shape(Rows keys, Rows values) {
     case Rows::float32:
       return for_keys<G, D, Rows::float32>(keys);
     case Rows::int4:
-      break;
+      return for_keys<G, D, Rows::int4>(keys);
   }
   return nullptr;
 }
@@ -389,7 +437,7 @@ bool vnni() {
 }
 
 // The kernel for a shape and row kinds, or null: keys float32, or int8 and int4 with VNNI;
-// values float32, float16 or int8.
+// values of any kind.
 Attend16 specialized(std::uint32_t group, std::uint32_t dim, Rows keys, Rows values) {
   if (!avx512() || ((keys == Rows::int8 || keys == Rows::int4) && !vnni())) return nullptr;
 #define KVCACHE_CASE(G, D) \
@@ -398,7 +446,8 @@ Attend16 specialized(std::uint32_t group, std::uint32_t dim, Rows keys, Rows val
   KVCACHE_CASE(2, 64)
   KVCACHE_CASE(4, 64)
   KVCACHE_CASE(8, 64)
-  KVCACHE_CASE(1, 128) KVCACHE_CASE(2, 128) KVCACHE_CASE(4, 128) KVCACHE_CASE(8, 128)
+  KVCACHE_CASE(1, 128)
+  KVCACHE_CASE(2, 128) KVCACHE_CASE(4, 128) KVCACHE_CASE(8, 128)
 #undef KVCACHE_CASE
       return nullptr;
 }
