@@ -137,7 +137,7 @@ KVCACHE_AVX512 KVCACHE_INLINE float exp2_scalar(float x) {
   return _mm512_cvtss_f32(exp2_avx512(_mm512_set1_ps(x)));
 }
 
-// What a 16-key kernel reads: q (float, or quantized for int8 keys), 16 key rows (zeros past
+// What a 16-key kernel reads: q (float, or quantized for int8/int4 keys), 16 key rows (zeros past
 // n), up to 16 value rows, the tiles to prefetch, and the softmax state of the G heads.
 struct Block16 {
   const float* q;
@@ -156,9 +156,9 @@ struct Block16 {
   float* acc;
 };
 
-// Asks for row j's share of the prefetch lines, so they spread through the compute instead of
-// leaving in one burst that overflows the L1 miss buffers; into L2 (hint 2), which leaves the
-// L1 miss buffers to the loads (int8 about 1.2x faster here than with hint 3).
+// Asks for row j's share (of 16) of the prefetch lines, so they spread through the compute instead
+// of leaving in one burst that overflows the L1 miss buffers; into L2 (hint 2), which leaves the L1
+// miss buffers to the loads (int8 about 1.2x faster here than with hint 3).
 KVCACHE_INLINE void prefetch_share(const Block16& b, std::uint32_t j) {
   for (const Block16::Ahead& a : b.ahead) {
     const std::uint32_t per_row = (a.lines + 15) / 16;
