@@ -169,13 +169,43 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   }
   first_item.back() = items.size();
 
-  // Walks the key blocks of an item (at most one page each), decoded into k and v.
+  // How K and V reach the kernel: int8 and int4 (groups of 32) keys and fp16, int8 and int4
+  // values are read in place where the kernel can (fp16 keys are decoded once rather than once
+  // per query head); everything else is decoded into float32 rows first.
+  // Accumulated scores need the exact logits of the float path (the weights must match the
+  // reference), so they keep it.
   const SlotCodec& kc = store->codec(false);
   const SlotCodec& vc = store->codec(true);
-  // fp16 values are read in place by the kernel when it can; everything else is decoded first.
-  const bool values_in_place = vc.spec().kind == FormatKind::fp16 && takes_fp16_values(group, dim);
-  const auto for_each_block = [&](const Item& item, float* k, float* v, bool decode_values,
-                                  auto&& body) {
+  // The row kind in which a codec's rows can be read in place.
+  const auto stored_kind = [](const SlotCodec& codec) {
+    switch (codec.spec().kind) {
+      case FormatKind::fp16:
+        return Rows::float16;
+      case FormatKind::int8_per_token:
+        return Rows::int8;
+      case FormatKind::int4_group:
+        return codec.spec().group == 32 ? Rows::int4 : Rows::float32;
+      default:
+        return Rows::float32;
+    }
+  };
+  const Rows key_format = stored_kind(kc) == Rows::float16 ? Rows::float32 : stored_kind(kc);
+  const Rows key_rows =
+      key_format != Rows::float32 && !r.accumulate_scores && takes_keys(key_format, group, dim)
+          ? key_format
+          : Rows::float32;
+  const Rows stored_values =
+      takes_values(stored_kind(vc), group, dim) ? stored_kind(vc) : Rows::float32;
+  std::vector<QuantizedQuery> q8;  // per (query, KV head), for int8 and int4 keys
+  if (key_rows != Rows::float32)
+    for (std::uint64_t pair = 0; pair < queries * kv_heads; ++pair)
+      q8.push_back(quantize_query(q.data() + pair * group * dim, group, dim, key_rows));
+
+  // Walks the key blocks of an item (at most one page each): rows read in place are passed as
+  // they are stored (with their next tile to prefetch), the others decoded into k and v; values
+  // only when asked for.
+  const auto for_each_block = [&](const Item& item, float* k, float* v, Rows keys, Rows values,
+                                  bool with_values, auto&& body) {
     const std::size_t seq = query_sequence[item.query];
     const auto& view = views[seq];
     for (const Segment& s : item.segments) {
@@ -185,65 +215,61 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
         const auto n = static_cast<std::uint32_t>(e - b);
         // The tiles two pages ahead start arriving now (one page ahead is already on its way).
         const std::uint64_t ahead_slot = (b / page + 2) * page;
-        const auto ahead = [&](bool value) -> const std::byte* {
-          return ahead_slot < s.end
-                     ? store->tile_of(view.pages[ahead_slot / page], r.layer, item.kv_head, value)
-                     : nullptr;
-        };
-        if (!decode_values && ahead(true) != nullptr) {
-          // Values read in place are not decoded: their next tile is asked for here.
-          for (std::uint64_t line = 0; line < vc.layout().tile_bytes; line += 64)
-            __builtin_prefetch(ahead(true) + line);
-        }
+        RowBlock blocks[2];
         for (const bool value : {false, true}) {
-          if (value && !decode_values) continue;
+          if (value && !with_values) continue;
           const SlotCodec& codec = value ? vc : kc;
+          const Rows kind = value ? values : keys;
+          const std::byte* tile = store->tile_of(p, r.layer, item.kv_head, value);
+          const std::byte* ahead =
+              ahead_slot < s.end
+                  ? store->tile_of(view.pages[ahead_slot / page], r.layer, item.kv_head, value)
+                  : nullptr;
+          const auto first = static_cast<std::uint32_t>(b % page);
+          if (kind != Rows::float32) {
+            blocks[value] = {kind, tile + slot_code_offset(codec.layout(), first),
+                             tile + slot_meta_offset(codec.spec(), codec.layout(), dim, first),
+                             ahead, codec.layout().tile_bytes};
+            continue;
+          }
           float* rows = value ? v : k;
+          blocks[value] = {Rows::float32, rows};
           // Slots of a token group still being filled wait in the residual, not in the page.
           const std::uint64_t complete =
               codec.spec().groups_tokens() ? view.written / codec.spec().group * codec.spec().group
                                            : view.written;
           const std::uint64_t split = std::clamp(complete, b, e);
           if (split > b)
-            codec.decode_rows(store->tile_of(p, r.layer, item.kv_head, value),
-                              static_cast<std::uint32_t>(b % page),
-                              static_cast<std::uint32_t>(split - b), rows, ahead(value),
+            codec.decode_rows(tile, first, static_cast<std::uint32_t>(split - b), rows, ahead,
                               codec.layout().tile_bytes);
           for (std::uint64_t slot = split; slot < e; ++slot)
             store->decode_row(r.sequences[seq], r.layer, item.kv_head, value, slot,
                               rows + (slot - b) * dim);
         }
-        body(p, b, n);
+        body(blocks[0], blocks[1], b, n);
         b = e;
       }
     }
   };
 
   std::vector<SoftmaxState> partial(items.size(), SoftmaxState(group, dim));
-  tbb::parallel_for(
-      tbb::blocked_range<std::size_t>(0, items.size()),
-      [&](const tbb::blocked_range<std::size_t>& range) {
-        // Blocks are padded to whole groups of 16 rows (see attend_block).
-        std::vector<float> k(std::size_t{(page + 15) / 16 * 16} * dim), v(k.size()),
-            logits(std::size_t{group} * page);
-        for (std::size_t it = range.begin(); it != range.end(); ++it) {
-          const Item& item = items[it];
-          const float* qg =
-              q.data() + (item.query * heads + std::size_t{item.kv_head} * group) * dim;
-          for_each_block(item, k.data(), v.data(), !values_in_place,
-                         [&](PageId p, std::uint64_t first, std::uint32_t n) {
-                           if (!values_in_place) {
-                             attend_block(qg, group, dim, k.data(), v.data(), Values::float32, n,
-                                          partial[it], logits.data());
-                             return;
-                           }
-                           const std::byte* tile = store->tile_of(p, r.layer, item.kv_head, true);
-                           attend_block(qg, group, dim, k.data(),
-                                        tile + (first % page) * vc.layout().slot_code_bytes,
-                                        Values::float16, n, partial[it], logits.data());
-                         });
-        }
-      });
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, items.size()),
+                    [&](const tbb::blocked_range<std::size_t>& range) {
+                      std::vector<float> k(std::size_t{page} * dim), v(k.size()),
+                          logits(std::size_t{group} * page);
+                      for (std::size_t it = range.begin(); it != range.end(); ++it) {
+                        const Item& item = items[it];
+                        const std::size_t pair = item.query * kv_heads + item.kv_head;
+                        const float* qg = q.data() + pair * group * dim;
+                        const QuantizedQuery* qq = q8.empty() ? nullptr : &q8[pair];
+                        for_each_block(
+                            item, k.data(), v.data(), key_rows, stored_values, true,
+                            [&](RowBlock keys, RowBlock values, std::uint64_t, std::uint32_t n) {
+                              attend_block(qg, qq, group, dim, keys, values, n, partial[it],
+                                           logits.data());
+                            });
+                      }
+                    });
 
   // Merge the splits of each (query, KV head), normalize, write.
   std::vector<SoftmaxState> merged;
@@ -276,19 +302,20 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
           const SoftmaxState& final_state = merged[item.query * kv_heads + item.kv_head];
           const float* qg =
               q.data() + (item.query * heads + std::size_t{item.kv_head} * group) * dim;
-          for_each_block(
-              item, k.data(), v.data(), false, [&](PageId, std::uint64_t first, std::uint32_t n) {
-                block_logits(qg, group, dim, k.data(), n, logits.data());
-                float* scores = views[query_sequence[item.query]].scores;
-                for (std::uint32_t j = 0; j < n; ++j) {
-                  float weight = 0.0f;
-                  for (std::uint32_t g = 0; g < group; ++g)
-                    weight += std::exp2(logits[std::size_t{g} * n + j] - final_state.m[g]) /
-                              final_state.l[g];
-                  std::atomic_ref<float>(scores[first + j])
-                      .fetch_add(weight, std::memory_order_relaxed);
-                }
-              });
+          for_each_block(item, k.data(), v.data(), Rows::float32, Rows::float32, false,
+                         [&](RowBlock, RowBlock, std::uint64_t first, std::uint32_t n) {
+                           block_logits(qg, group, dim, k.data(), n, logits.data());
+                           float* scores = views[query_sequence[item.query]].scores;
+                           for (std::uint32_t j = 0; j < n; ++j) {
+                             float weight = 0.0f;
+                             for (std::uint32_t g = 0; g < group; ++g)
+                               weight +=
+                                   std::exp2(logits[std::size_t{g} * n + j] - final_state.m[g]) /
+                                   final_state.l[g];
+                             std::atomic_ref<float>(scores[first + j])
+                                 .fetch_add(weight, std::memory_order_relaxed);
+                           }
+                         });
         }
       });
 }

@@ -2,6 +2,7 @@
 // query heads of one KV head together (each K and V row is read once per group).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -26,16 +27,45 @@ struct SoftmaxState {
 void block_logits(const float* q, std::uint32_t group, std::uint32_t dim, const float* k,
                   std::uint32_t n, float* logits);
 
-// How value rows reach attend_block: float32 rows, or the stored fp16 rows read in place.
-enum class Values { float32, float16 };
-// Whether attend_block can read fp16 values in place for this shape.
-bool takes_fp16_values(std::uint32_t group, std::uint32_t dim);
+// How key or value rows reach attend_block: float32 rows, or stored rows read in place (fp16
+// codes; int8 codes with one float scale per row; int4 codes of groups of 32, two per byte,
+// with an fp16 scale and minimum per group).
+enum class Rows { float32, float16, int8, int4 };
+struct RowBlock {
+  Rows kind = Rows::float32;
+  const void* rows = nullptr;  // [n][dim]
+  const void* meta = nullptr;  // int8 and int4: [n] rows of scales (and minima)
+  // The next tile of these rows, asked for into cache a little at a time during the block.
+  const std::byte* ahead = nullptr;
+  std::size_t ahead_bytes = 0;
+};
 
-// Adds n keys ([n][dim] float32) and values ([n][dim], as `values` says) to the state. `logits`
-// has room for group * n floats; k has room for n rounded up to 16 rows (rows past n are
-// overwritten).
-void attend_block(const float* q, std::uint32_t group, std::uint32_t dim, float* k, const void* v,
-                  Values values, std::uint32_t n, SoftmaxState& state, float* logits);
+// The query heads of a KV head in int8 for integer dot products with int8 or int4 keys: per
+// (head, chunk of kQueryChunk elements) codes = rne(q / step) with step = max|q| / 127, so each
+// element is off by at most step / 2.
+inline constexpr std::uint32_t kQueryChunk = 64;
+struct QuantizedQuery {
+  // [group][dim]; for int4 keys each head's even elements, then its odd ones (the order in
+  // which the kernel unpacks the nibbles).
+  std::vector<std::int8_t> codes;
+  std::vector<float> steps;        // int8 keys: [group][dim / kQueryChunk]
+  std::vector<std::int32_t> bias;  // int8 keys: [group][dim / kQueryChunk], 128 x the code sum
+  // int4 keys, per head and per 32-bit lane of the kernel's dot products (lanes 4i..4i+3 hold
+  // group i): the chunk's step, and the step times the group's code sum / 4 (the minimum term).
+  std::vector<float> lane_steps, lane_sums;  // [group][16]
+};
+QuantizedQuery quantize_query(const float* q, std::uint32_t group, std::uint32_t dim, Rows keys);
+
+// Whether attend_block reads values of this kind in place for this shape.
+bool takes_values(Rows kind, std::uint32_t group, std::uint32_t dim);
+// Whether attend_block reads int8 or int4 keys in place for this shape: integer dot products
+// with the quantized query, where the CPU has AVX-512 VNNI and KVCACHE_CPU_NO_VNNI is unset.
+bool takes_keys(Rows kind, std::uint32_t group, std::uint32_t dim);
+
+// Adds n keys and values to the state. q: [group][dim] floats, and q8 the same quantized (int8
+// and int4 keys). `logits` has room for group * n floats.
+void attend_block(const float* q, const QuantizedQuery* q8, std::uint32_t group, std::uint32_t dim,
+                  RowBlock k, RowBlock v, std::uint32_t n, SoftmaxState& state, float* logits);
 
 // 2^x for n floats in place (vectorized where the CPU allows).
 void exp2_in_place(float* x, std::uint32_t n);

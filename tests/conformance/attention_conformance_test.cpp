@@ -1,12 +1,16 @@
 // Every backend's attention against the reference, through the real loader: every format x
 // MHA/GQA/MQA x masks (causal, sliding window, sinks + window) x page sizes 8..64, ragged
 // lengths, decode and prefill, compacted sequences, long sequences split across threads, and
-// accumulated scores. Unused slots hold NaN, so a read of padding would show.
+// accumulated scores. Unused slots hold NaN, so a read of padding would show. Kernels that
+// round q to int8 (integer dot products) are checked against the rounded q and held to a
+// derived bound against q itself.
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -60,6 +64,61 @@ double format_tolerance(const std::string& format) {
   if (format == "int8-per-token") return 3e-2;
   if (format == "fp8-e4m3") return 0.15;
   return 0.35;  // 4-bit and 2-bit codes
+}
+
+// Whether the backend rounds q to int8 for integer dot products: cpu-tbb does for int8 keys and
+// int4 keys in groups of 32 (every shape here has such a kernel) where the CPU has AVX-512 VNNI,
+// unless KVCACHE_CPU_NO_VNNI is set (ctest runs the int8 cases both ways) or scores are accumulated
+// (they keep the float logits). It then computes attention for round_query(q) exactly.
+bool rounds_query(const std::string& backend, const std::string& format, bool scores) {
+#if defined(__x86_64__) || defined(__i386__)
+  const char* off = std::getenv("KVCACHE_CPU_NO_VNNI");
+  const bool forced_off = off != nullptr && *off != '\0' && std::string_view(off) != "0";
+  return backend == "cpu-tbb" && (format == "int8-per-token" || format == "int4-group") &&
+         !scores && !forced_off && __builtin_cpu_supports("avx512vnni") &&
+         __builtin_cpu_supports("avx512bw");
+#else
+  return false;
+#endif
+}
+
+constexpr std::size_t kQueryChunk = 64;
+
+// q as such a kernel uses it: per chunk of 64 elements of a head, rounded to steps of
+// max|q_chunk| / 127 (the kernel rounds the scaled q, the same up to float rounding).
+std::vector<float> round_query(std::span<const float> q) {
+  std::vector<float> out(q.begin(), q.end());
+  for (std::size_t c = 0; c < out.size(); c += kQueryChunk) {
+    float top = 0.0f;
+    for (std::size_t i = c; i < c + kQueryChunk; ++i) top = std::max(top, std::fabs(out[i]));
+    const float step = top / 127.0f;
+    if (step > 0.0f)
+      for (std::size_t i = c; i < c + kQueryChunk; ++i)
+        out[i] = step * std::nearbyint(out[i] / step);
+  }
+  return out;
+}
+
+// The most round_query can move a query head's logits (natural units): each element is off by
+// at most half its chunk's step, so q.k by at most sum over chunks of step / 2 x sum |k_i|; the
+// worst key of the sequence bounds every visible one. keys: [n][kv_heads][dim].
+double query_rounding_bound(std::span<const float> q_head, std::span<const float> keys,
+                            std::uint32_t kv_heads, std::uint32_t kv_head, double scale) {
+  const std::size_t dim = q_head.size(), n = keys.size() / (kv_heads * dim);
+  double worst = 0.0;
+  for (std::size_t t = 0; t < n; ++t) {
+    double error = 0.0;
+    for (std::size_t c = 0; c < dim; c += kQueryChunk) {
+      double top = 0.0, sum_k = 0.0;
+      for (std::size_t i = c; i < c + kQueryChunk; ++i) {
+        top = std::max(top, double{std::fabs(q_head[i])});
+        sum_k += std::fabs(keys[(t * kv_heads + kv_head) * dim + i]);
+      }
+      error += top / 127.0 / 2.0 * sum_k;
+    }
+    worst = std::max(worst, error);
+  }
+  return scale * worst;
 }
 
 class AttentionConformance : public ::testing::TestWithParam<AttentionCase> {
@@ -171,16 +230,37 @@ class AttentionConformance : public ::testing::TestWithParam<AttentionCase> {
         const std::span<const float> qrow(q.data() + qi * qh * kDim, qh * kDim);
         std::vector<float> want(qh * kDim), loose(qh * kDim);
         reference::attention(rs, qrow, k, v, positions[i], r, scale, want, weights);
+        // A kernel that rounds q is held to 1e-3 against the reference for the rounded q, and to
+        // a bound derived from the rounding against the reference for q itself: logits move by
+        // at most e per head, so each weight p_t by a factor within exp(+-2e) and an output
+        // element by at most (exp(2e) - 1) x sum_t p_t |v_t| (the reference over |v|).
+        std::vector<float> exact = want, slack(qh * kDim, 0.0f);
+        if (rounds_query(GetParam().backend, GetParam().format, scores)) {
+          reference::attention(rs, round_query(qrow), k, v, positions[i], r, scale, exact);
+          std::vector<float> abs_v(v.size()), mean_abs_v(qh * kDim);
+          for (std::size_t e = 0; e < v.size(); ++e) abs_v[e] = std::fabs(v[e]);
+          reference::attention(rs, qrow, k, abs_v, positions[i], r, scale, mean_abs_v);
+          for (std::uint32_t h = 0; h < qh; ++h) {
+            const double e =
+                query_rounding_bound(qrow.subspan(h * kDim, kDim), k, kvh, h / (qh / kvh), scale);
+            for (std::uint32_t d = 0; d < kDim; ++d)
+              slack[h * kDim + d] =
+                  static_cast<float>(std::expm1(2.0 * e) * mean_abs_v[h * kDim + d]);
+          }
+        }
         const auto& ok = original_k_[{ids[i], layer}];
         const auto& ov = original_v_[{ids[i], layer}];
         if (ok.size() == k.size())
           reference::attention(rs, qrow, ok, ov, positions[i], r, scale, loose);
         for (std::size_t e = 0; e < want.size(); ++e) {
           const float got = out[qi * qh * kDim + e];
-          ASSERT_NEAR(got, want[e], 1e-3 + 1e-3 * std::fabs(want[e]))
+          ASSERT_NEAR(got, exact[e], 1e-3 + 1e-3 * std::fabs(exact[e]))
+              << mask_name << " seq " << i << " query " << j << " element " << e;
+          ASSERT_NEAR(got, want[e], 1e-3 + 1e-3 * std::fabs(want[e]) + slack[e])
               << mask_name << " seq " << i << " query " << j << " element " << e;
           if (ok.size() == k.size()) {
-            ASSERT_NEAR(got, loose[e], format_tolerance(GetParam().format)) << mask_name;
+            // The format's loss, plus what rounding q adds on top of it.
+            ASSERT_NEAR(got, loose[e], format_tolerance(GetParam().format) + slack[e]) << mask_name;
           }
         }
       }

@@ -474,6 +474,7 @@ TEST(Environment, UnknownVariableIsAWarning) {
   const Config c = default_config({{"KVCACHE_BACKENDS", "cuda"},
                                    {"KVCACHE_WHATEVER", "1"},
                                    {"KVCACHE_LOG_LEVEL", "debug"},
+                                   {"KVCACHE_CPU_NO_VNNI", "1"},
                                    {"HOME", "/root"}});
   EXPECT_EQ(c.backends, default_config(kNoEnv).backends);
   ASSERT_EQ(c.warnings.size(), 2u);

@@ -34,6 +34,8 @@ constexpr std::string_view kBackendVariable = "KVCACHE_BACKEND";
 constexpr std::string_view kPluginPathVariable = "KVCACHE_PLUGIN_PATH";
 // Read by the command-line tool, not by the config.
 constexpr std::string_view kLogLevelVariable = "KVCACHE_LOG_LEVEL";
+// Read by the cpu-tbb backend (keeps its float kernels for quantized keys), not by the config.
+constexpr std::string_view kCpuNoVnniVariable = "KVCACHE_CPU_NO_VNNI";
 
 // A variable that sets one key; `key` is empty for a component section (a name, no options).
 struct EnvKey {
@@ -311,7 +313,9 @@ void Overlay::apply_environment(const Environment& env) {
   // Fields from the environment carry their own location; the origin here is never shown.
   YamlReader reader("environment", errors_);
   for (const auto& [variable, value] : env) {
-    if (!variable.starts_with(kEnvPrefix) || variable == kLogLevelVariable) continue;
+    if (!variable.starts_with(kEnvPrefix) || variable == kLogLevelVariable ||
+        variable == kCpuNoVnniVariable)
+      continue;
     const SourceLocation where{"environment variable " + variable, 0, 0};
     if (variable == kBackendVariable) {
       std::vector<std::string> backends;
@@ -339,7 +343,7 @@ void Overlay::apply_environment(const Environment& env) {
     if (known == kEnvKeys.end()) {
       // Compare without the shared prefix, which would make every name look near.
       std::vector<std::string_view> names = {kBackendVariable, kPluginPathVariable,
-                                             kLogLevelVariable};
+                                             kLogLevelVariable, kCpuNoVnniVariable};
       for (const EnvKey& k : kEnvKeys) names.push_back(k.variable);
       for (std::string_view& name : names) name.remove_prefix(kEnvPrefix.size());
       const auto nearest =
