@@ -14,15 +14,14 @@
 #include "input_rows.hpp"
 #include "kvcache/formats.hpp"
 #include "kvcache/numeric.hpp"
+#include "kvcache/paging/attention_plan.hpp"
 #include "paged_store.hpp"
 #include "softmax_block.hpp"
 
 namespace kvcache::cpu {
 namespace {
 
-struct Segment {
-  std::uint64_t begin, end;  // slots
-};
+using Segment = paging::SlotSpan;
 
 // One unit of work: some key slots of one query and one KV head.
 struct Item {
@@ -30,23 +29,6 @@ struct Item {
   std::uint32_t kv_head;
   std::vector<Segment> segments;
 };
-
-// The slots whose logical positions fall in `range` (positions ascend along the slots).
-Segment slots_of(const PagedStore& store, const PagedStore::LayerView& view, PositionRange range) {
-  const std::uint32_t p = store.page_size();
-  const auto position = [&](std::uint64_t slot) {
-    return store.positions_of(view.pages[slot / p])[slot % p];
-  };
-  const auto lower = [&](Position target) {
-    std::uint64_t lo = 0, hi = view.written;
-    while (lo < hi) {
-      const std::uint64_t mid = (lo + hi) / 2;
-      (position(mid) < target ? lo = mid + 1 : hi = mid);
-    }
-    return lo;
-  };
-  return {lower(range.begin), lower(range.end)};
-}
 
 // Writes a float row into `out` (float32, float16 or bfloat16) at row index r.
 void store_row(DLTensor& out, std::uint64_t index, const float* row, std::uint32_t dim) {
@@ -60,21 +42,14 @@ void store_row(DLTensor& out, std::uint64_t index, const float* row, std::uint32
     half[i] = out.dtype.code == kDLFloat ? fp16_from_float(row[i]) : bf16_from_float(row[i]);
 }
 
-void check_out(const DLTensor& out, std::uint64_t queries, std::uint32_t heads, std::uint32_t dim) {
+// The plan checked the shape; the element type and the memory are this backend's to check.
+void check_out(const DLTensor& out) {
   const bool dtype_ok =
       out.dtype.lanes == 1 &&
       ((out.dtype.code == kDLFloat && (out.dtype.bits == 32 || out.dtype.bits == 16)) ||
        (out.dtype.code == kDLBfloat && out.dtype.bits == 16));
-  const bool shape_ok =
-      out.ndim == 3 && out.shape[0] == static_cast<std::int64_t>(queries) &&
-      out.shape[1] == heads && out.shape[2] == dim &&
-      (out.strides == nullptr || (out.strides[2] == 1 && out.strides[1] == dim &&
-                                  out.strides[0] == static_cast<std::int64_t>(heads) * dim));
-  if (!dtype_ok || !shape_ok || out.data == nullptr ||
-      (out.device.device_type != kDLCPU && out.device.device_type != kDLCUDAHost))
-    throw Error(Code::invalid_argument, "out must be a host float32/float16/bfloat16 tensor [" +
-                                            std::to_string(queries) + ", " + std::to_string(heads) +
-                                            ", " + std::to_string(dim) + "], row-major");
+  if (!dtype_ok || (out.device.device_type != kDLCPU && out.device.device_type != kDLCUDAHost))
+    throw Error(Code::invalid_argument, "out must be a host float32/float16/bfloat16 tensor");
 }
 
 void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
@@ -84,36 +59,14 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   const ModelShape& model = store->spec().model;
   const std::uint32_t heads = model.q_heads, kv_heads = model.kv_heads, dim = model.head_dim;
   const std::uint32_t group = heads / kv_heads, page = store->page_size();
-  if (prefill != !r.query_counts.empty())
-    throw Error(Code::invalid_argument,
-                prefill ? "prefill needs query_counts" : "decode takes no query_counts");
-  if (prefill && r.query_counts.size() != r.sequences.size())
-    throw Error(Code::invalid_argument, "one query count per sequence");
-  std::vector<std::size_t> query_sequence;  // the sequence of each query
-  for (std::size_t i = 0; i < r.sequences.size(); ++i)
-    query_sequence.insert(query_sequence.end(), prefill ? r.query_counts[i] : 1, i);
-  const std::uint64_t queries = query_sequence.size();
-  if (r.q == nullptr || r.out == nullptr)
-    throw Error(Code::invalid_argument, "q and out are required");
-  const InputRows q_rows(*r.q, queries, heads, dim, "q");
-  check_out(*r.out, queries, heads, dim);
-  if (r.visible.max_ranges == 0 || r.visible.counts.size() != queries ||
-      r.visible.ranges.size() < queries * r.visible.max_ranges)
-    throw Error(Code::invalid_argument,
-                "visible ranges: one entry of max_ranges ranges per query (" +
-                    std::to_string(queries) + " queries)");
-  if (r.layer >= model.layers) throw Error(Code::invalid_argument, "layer out of range");
-
   const auto lock = store->lock_shared();
+  const paging::AttentionPlan plan = paging::plan_attention(store->book(), r, prefill);
+  const std::vector<std::size_t>& query_sequence = plan.query_sequence;
+  const std::uint64_t queries = plan.queries;
+  const InputRows q_rows(*r.q, queries, heads, dim, "q");
+  check_out(*r.out);
   std::vector<PagedStore::LayerView> views;
-  for (std::size_t i = 0; i < r.sequences.size(); ++i) {
-    views.push_back(store->view(r.sequences[i], r.layer));
-    if (prefill && r.query_counts[i] > views.back().written)
-      throw Error(Code::invalid_argument, "sequence " + std::to_string(r.sequences[i]) +
-                                              " has only " + std::to_string(views.back().written) +
-                                              " written slots for " +
-                                              std::to_string(r.query_counts[i]) + " queries");
-  }
+  for (const SeqId id : r.sequences) views.push_back(store->view(id, r.layer));
 
   // Queries in float, pre-scaled for a base-2 softmax.
   const float scale = (r.scale > 0.0f ? r.scale : 1.0f / std::sqrt(static_cast<float>(dim))) *
@@ -130,14 +83,7 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
 
   // Work: each query x KV head, its visible slots split when there is too little parallelism.
   const std::uint64_t threads = static_cast<std::uint64_t>(tbb::this_task_arena::max_concurrency());
-  std::vector<std::vector<Segment>> visible(queries);
-  for (std::uint64_t i = 0; i < queries; ++i) {
-    const auto& view = views[query_sequence[i]];
-    for (std::uint32_t k = 0; k < r.visible.counts[i] && k < r.visible.max_ranges; ++k) {
-      const Segment s = slots_of(*store, view, r.visible.ranges[i * r.visible.max_ranges + k]);
-      if (s.end > s.begin) visible[i].push_back(s);
-    }
-  }
+  const std::vector<std::vector<Segment>>& visible = plan.visible;
   const std::uint64_t pairs = queries * kv_heads;
   const std::uint64_t splits = pairs >= 4 * threads ? 1 : (4 * threads + pairs - 1) / pairs;
   std::vector<Item> items;

@@ -45,7 +45,6 @@ class DeviceStore final : public paging::PagedStoreBase {
   // For the attention of this backend. It holds the lock exclusively: the store's stream and
   // staging buffers are shared by every call.
   std::unique_lock<std::shared_mutex> lock() const { return std::unique_lock(mutex_); }
-  paging::PageBook& book() { return book_; }
   const PoolLayout& pools() const { return pools_; }
   const Stream& stream() const { return stream_; }
 

@@ -32,6 +32,9 @@ class KVCACHE_API PagedStoreBase : public CacheStore, protected PageMemory {
   PageTable page_table(std::span<const SeqId> sequences) const override;
   std::vector<float> scores(SeqId sequence) const override;
 
+  // The book, for this backend's attention (with the lock held).
+  PageBook& book() { return book_; }
+  const PageBook& book() const { return book_; }
   const StoreSpec& spec() const { return book_.spec(); }
   std::uint32_t page_size() const { return book_.page_size(); }
   // The tile layouts of K and V, and the bytes of one page across layers, K and V.
