@@ -6,12 +6,15 @@
 #include <hip/hip_runtime.h>
 #define KVC_SHFL_XOR(v, mask) __shfl_xor((v), (mask), 32)
 #define KVC_LAUNCH(kernel, grid, block, stream) kernel<<<(grid), (block), 0, (stream)>>>
+#define KVC_UNROLL _Pragma("unroll")
 #elif defined(__CUDACC__)
 #include <cuda_runtime.h>
 #define KVC_SHFL_XOR(v, mask) __shfl_xor_sync(0xFFFFFFFFu, (v), (mask), 32)
 #define KVC_LAUNCH(kernel, grid, block, stream) kernel<<<(grid), (block), 0, (stream)>>>
+#define KVC_UNROLL _Pragma("unroll")
 #else
 #include "emulated_device.hpp"
+#define KVC_UNROLL
 #define KVC_SHFL_XOR(v, mask) ::kvcache::gpu::emu::shfl_xor((v), (mask))
 #define KVC_LAUNCH(kernel, grid, block, stream) \
   ::kvcache::gpu::emu::launch((grid), (block), (stream), kernel)
@@ -24,6 +27,7 @@ namespace {
 
 constexpr std::uint32_t kWarp = 32;
 constexpr std::uint32_t kAttendWarps = 4;
+constexpr std::uint32_t kTokens = 4;  // visible slots a warp loads before it computes
 
 void check_launch(const char* kernel) {
   check(GPU(GetLastError)(), kernel);
@@ -202,9 +206,9 @@ __device__ float weight_of(float m, float top) {
   return m == -INFINITY ? 0.0f : exp2f(m - top);
 }
 
-// One block per work item: each warp takes every kAttendWarps-th visible slot, reads its K and V
-// once for all the item's query heads (lane i holds dims i, i + 32, ...), and keeps a base-2
-// online softmax; the warps' states are combined at the end. kDims = dims per lane.
+// One block per work item: the warps take turns over runs of kTokens visible slots, read each K
+// and V row once for all the item's query heads (lane i holds dims i, i + 32, ...), and keeps a
+// base-2 online softmax; the warps' states are combined at the end. kDims = dims per lane.
 template <int kDims>
 __global__ void __launch_bounds__(kWarp* kAttendWarps) attend_kernel(AttentionArgs a) {
   __shared__ float qs[kMaxItemHeads][kMaxHeadDim];
@@ -224,6 +228,7 @@ __global__ void __launch_bounds__(kWarp* kAttendWarps) attend_kernel(AttentionAr
   __syncthreads();
 
   float m[kMaxItemHeads], l[kMaxItemHeads], acc[kMaxItemHeads][kDims];
+  KVC_UNROLL
   for (std::uint32_t g = 0; g < kMaxItemHeads; ++g) {
     m[g] = -INFINITY;
     l[g] = 0.0f;
@@ -233,40 +238,59 @@ __global__ void __launch_bounds__(kWarp* kAttendWarps) attend_kernel(AttentionAr
   const std::uint32_t* pages = a.pages + a.page_offset[it.query];
   const std::uint64_t visible =
       a.logits != nullptr ? a.logit_offset[it.query + 1] - a.logit_offset[it.query] : 0;
-  for (std::uint64_t j = it.first + warp; j < std::uint64_t{it.first} + it.count;
-       j += kAttendWarps) {
-    const std::uint64_t slot = visible_slot(a.spans, span_begin, span_end, j);
-    const std::uint32_t page = pages[slot / a.page_size];
-    const auto in_page = static_cast<std::uint32_t>(slot % a.page_size);
-    float kd[kDims], vd[kDims];
-    for (int side = 0; side < 2; ++side) {
-      float* row = side == 0 ? kd : vd;
-      const DeviceFormat& f = side == 0 ? a.pools.k : a.pools.v;
-      if (a.held_from != nullptr && slot >= a.held_from[2 * it.query + side]) {
-        const std::uint16_t* held = a.residual + a.residual_offset[2 * it.query + side] +
-                                    (std::uint64_t{it.kv_head} * f.group + slot % f.group) * dim;
-        for (int t = 0; t < kDims; ++t)
-          row[t] = lane + kWarp * t < dim ? fp16_value(held[lane + kWarp * t]) : 0.0f;
-        continue;
-      }
-      const SlotReader reader(f, tile_at(a.pools, a.layer, page, it.kv_head, side == 1), in_page);
+  // Lane's elements of a K (side 0) or V (side 1) row: from its tile, or from the residual rows
+  // while its token group is being filled. (Rows are arrays by reference so they stay in
+  // registers.)
+  const auto load_row = [&](int side, std::uint64_t slot, std::uint32_t page, std::uint32_t in_page,
+                            float(&row)[kDims]) {
+    const DeviceFormat& f = side == 0 ? a.pools.k : a.pools.v;
+    if (a.held_from != nullptr && slot >= a.held_from[2 * it.query + side]) {
+      const std::uint16_t* held = a.residual + a.residual_offset[2 * it.query + side] +
+                                  (std::uint64_t{it.kv_head} * f.group + slot % f.group) * dim;
       for (int t = 0; t < kDims; ++t)
-        row[t] = lane + kWarp * t < dim ? reader[lane + kWarp * t] : 0.0f;
+        row[t] = lane + kWarp * t < dim ? fp16_value(held[lane + kWarp * t]) : 0.0f;
+      return;
     }
-    for (std::uint32_t g = 0; g < kMaxItemHeads; ++g) {
-      if (g >= it.heads) break;
-      float dot = 0.0f;
-      for (int t = 0; t < kDims; ++t) dot += qs[g][lane + kWarp * t] * kd[t];
-      const float logit = warp_sum(dot);
-      if (a.logits != nullptr && lane == 0)
-        a.logits[a.logit_offset[it.query] * a.q_heads + (first_head + g) * visible + j] = logit;
-      const float top = m[g] > logit ? m[g] : logit;
-      const float shrink = weight_of(m[g], top), p = exp2f(logit - top);
-      m[g] = top;
-      l[g] = l[g] * shrink + p;
-      for (int t = 0; t < kDims; ++t) acc[g][t] = acc[g][t] * shrink + p * vd[t];
+    const SlotReader reader(f, tile_at(a.pools, a.layer, page, it.kv_head, side == 1), in_page);
+    for (int t = 0; t < kDims; ++t)
+      row[t] = lane + kWarp * t < dim ? reader[lane + kWarp * t] : 0.0f;
+  };
+  // Each warp takes kTokens consecutive visible slots per step and loads all of them before any
+  // arithmetic, so several rows are in flight at once (memory-level parallelism).
+  const std::uint64_t end = std::uint64_t{it.first} + it.count;
+  for (std::uint64_t j0 = it.first + std::uint64_t{warp} * kTokens; j0 < end;
+       j0 += kAttendWarps * kTokens) {
+    float kd[kTokens][kDims], vd[kTokens][kDims];
+    KVC_UNROLL
+    for (std::uint32_t u = 0; u < kTokens; ++u) {
+      if (j0 + u < end) {  // (a guard, not a break: loops that may exit early are not unrolled)
+        const std::uint64_t slot = visible_slot(a.spans, span_begin, span_end, j0 + u);
+        const std::uint32_t page = pages[slot / a.page_size];
+        const auto in_page = static_cast<std::uint32_t>(slot % a.page_size);
+        load_row(0, slot, page, in_page, kd[u]);
+        load_row(1, slot, page, in_page, vd[u]);
+      }
+    }
+    KVC_UNROLL
+    for (std::uint32_t u = 0; u < kTokens; ++u) {
+      KVC_UNROLL
+      for (std::uint32_t g = 0; g < kMaxItemHeads; ++g) {
+        if (j0 + u >= end || g >= it.heads) continue;  // uniform across the warp
+        float dot = 0.0f;
+        for (int t = 0; t < kDims; ++t) dot += qs[g][lane + kWarp * t] * kd[u][t];
+        const float logit = warp_sum(dot);
+        if (a.logits != nullptr && lane == 0)
+          a.logits[a.logit_offset[it.query] * a.q_heads + (first_head + g) * visible + j0 + u] =
+              logit;
+        const float top = m[g] > logit ? m[g] : logit;
+        const float shrink = weight_of(m[g], top), p = exp2f(logit - top);
+        m[g] = top;
+        l[g] = l[g] * shrink + p;
+        for (int t = 0; t < kDims; ++t) acc[g][t] = acc[g][t] * shrink + p * vd[u][t];
+      }
     }
   }
+  KVC_UNROLL
   for (std::uint32_t g = 0; g < kMaxItemHeads; ++g) {
     if (lane == 0) {
       warp_m[warp][g] = m[g];
