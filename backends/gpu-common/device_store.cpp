@@ -15,10 +15,15 @@ constexpr DLDeviceType kDeviceType = kDLCUDA;
 constexpr bool host_type(DLDeviceType t) {
   return t == kDLCPU || t == kDLCUDAHost;
 }
-#else
+#elif defined(KVCACHE_GPU_HIP)
 constexpr DLDeviceType kDeviceType = kDLROCM;
 constexpr bool host_type(DLDeviceType t) {
   return t == kDLCPU || t == kDLROCMHost;
+}
+#else  // the tests' emulator: its "device" memory is host memory, tagged as an extension device
+constexpr DLDeviceType kDeviceType = kDLExtDev;
+constexpr bool host_type(DLDeviceType t) {
+  return t == kDLCPU;
 }
 #endif
 
