@@ -13,15 +13,19 @@
 namespace kvcache {
 namespace {
 
+std::shared_ptr<const Registry> emulator_registry() {
+  PluginSettings settings;
+  settings.paths.push_back({KVCACHE_TEST_GPU_EMULATOR, true, {}});
+  return Registry::load(settings);
+}
+
 DLTensor on_device(DLTensor t) {
   t.device = {kDLExtDev, 0};
   return t;
 }
 
 TEST(EmulatedDeviceTensors, DeviceTensorsAreUsedInPlaceWithTheSameResults) {
-  PluginSettings settings;
-  settings.paths.push_back({KVCACHE_TEST_GPU_EMULATOR, true, {}});
-  const auto registry = Registry::load(settings);
+  const auto registry = emulator_registry();
   const auto backend = registry->create_backend("gpu-emulated");
   StoreSpec spec;
   spec.model = {1, 8, 2, 64};
@@ -90,6 +94,18 @@ TEST(EmulatedDeviceTensors, DeviceTensorsAreUsedInPlaceWithTheSameResults) {
   for (std::size_t i = 0; i < want.size(); ++i) {
     EXPECT_EQ(got[i], want[i]) << i;
     EXPECT_EQ(got16[i], fp16_from_float(want[i])) << i;
+  }
+}
+
+TEST(EmulatedDeviceTensors, ADeviceThatDoesNotExistIsRefused) {
+  try {
+    emulator_registry()->create_backend("gpu-emulated", {{"device", 3}});
+    FAIL() << "device 3 of 1 was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("option 'device' is 3, but 1 devices exist"),
+              std::string::npos)
+        << e.what();
   }
 }
 
