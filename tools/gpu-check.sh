@@ -5,6 +5,7 @@
 #   BUILD_DIR=build tools/gpu-check.sh    # reuse an existing build tree
 #   CUDA_ARCHS="80;90" tools/gpu-check.sh
 #   QUICK=1 tools/gpu-check.sh            # fewer benchmark shapes
+#   SKIP_BUILD=1 BUILD_DIR=build tools/gpu-check.sh   # a tree built elsewhere (no compilers here)
 #
 # Prints the device, the conformance result (the suite must run on cuda, not skip) and a table of
 # decode attention for Llama-3-8B shapes: GB/s of KV read as a fraction of the device's bandwidth
@@ -27,13 +28,17 @@ else
 fi
 
 step "build ($build, CUDA architectures $archs)"
-if [[ ! -f "$build/CMakeCache.txt" ]]; then
+if [[ -n ${SKIP_BUILD:-} ]]; then
+  echo "skipped: using $build as it is"
+elif [[ ! -f "$build/CMakeCache.txt" ]]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVCACHE_WITH_HIP=OFF \
     "-DCMAKE_CUDA_ARCHITECTURES=$archs" >/dev/null
 fi
-ninja -C "$build" -j "$jobs" kvcache-tool kvcache-cuda kvcache-cpu-tbb kvcache-masks \
-  kvcache-reference store_conformance_test attention_conformance_test >/dev/null
-echo "built"
+if [[ -z ${SKIP_BUILD:-} ]]; then
+  ninja -C "$build" -j "$jobs" kvcache-tool kvcache-cuda kvcache-cpu-tbb kvcache-masks \
+    kvcache-reference store_conformance_test attention_conformance_test >/dev/null
+  echo "built"
+fi
 
 step "is the cuda backend available?"
 "$build/bin/kvcache" plugins | grep -A2 -E "^ +backend +cuda " || true
