@@ -423,6 +423,60 @@ TEST(AttentionOutputs, HalfPrecisionOutputsAndDenseMask) {
   }
 }
 
+// More query heads per KV head than a GPU work item takes (8): the group is split into head
+// chunks there, and each chunk must still see every key. 16 heads on one KV head, two sequences.
+TEST(AttentionOutputs, WideGroupsMatchTheReference) {
+  for (const std::string& backend : backend_names()) {
+    StoreSpec spec;
+    spec.model = {1, 16, 1, 32};
+    spec.page_size = 8;
+    spec.k_format = spec.v_format = "fp32";
+    spec.capacity_bytes = 1 << 20;
+    const auto store = open_store(backend, spec);
+    if (!store) continue;
+    const auto attention = registry().create_backend(backend)->create_attention();
+    std::mt19937 rng(8);
+    std::normal_distribution<float> normal;
+    const std::vector<std::uint32_t> lengths{21, 70};
+    std::vector<SeqId> ids;
+    std::vector<std::vector<float>> ks, vs;
+    for (const std::uint32_t n : lengths) {
+      ids.push_back(store->create_sequence());
+      ks.emplace_back(n * 32);
+      vs.emplace_back(n * 32);
+      for (float& x : ks.back()) x = normal(rng);
+      for (float& x : vs.back()) x = normal(rng);
+      std::int64_t shape[3] = {n, 1, 32};
+      store->reserve(std::vector<SeqId>{ids.back()}, std::vector<std::uint32_t>{n});
+      store->append(0, std::vector<SeqId>{ids.back()}, std::vector<std::uint32_t>{n},
+                    host_tensor(ks.back().data(), shape), host_tensor(vs.back().data(), shape));
+    }
+    std::vector<float> q(2 * 16 * 32), out(q.size(), NAN);
+    for (float& x : q) x = normal(rng);
+    const std::vector<PositionRange> ranges{{0, 21}, {0, 70}};
+    const std::vector<std::uint32_t> counts{1, 1};
+    std::int64_t q_shape[3] = {2, 16, 32};
+    DLTensor qt = host_tensor(q.data(), q_shape), ot = host_tensor(out.data(), q_shape);
+    AttentionRequest request;
+    request.sequences = ids;
+    request.q = &qt;
+    request.out = &ot;
+    request.visible = {ranges, counts, 1};
+    attention->decode(*store, request);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      std::vector<Position> positions(lengths[i]);
+      for (std::uint32_t t = 0; t < lengths[i]; ++t) positions[t] = t;
+      std::vector<float> want(16 * 32);
+      reference::attention({16, 1, 32}, std::span<const float>(q.data() + i * 16 * 32, 16 * 32),
+                           ks[i], vs[i], positions, std::span<const PositionRange>(&ranges[i], 1),
+                           1.0f / std::sqrt(32.0f), want);
+      for (std::size_t e = 0; e < want.size(); ++e)
+        ASSERT_NEAR(out[i * 16 * 32 + e], want[e], 1e-3 + 1e-3 * std::fabs(want[e]))
+            << backend << " sequence " << i << " element " << e;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, AttentionConformance, ::testing::ValuesIn(attention_cases()),
                          case_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(AttentionConformance);
