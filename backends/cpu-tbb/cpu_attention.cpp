@@ -115,9 +115,8 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   }
   first_item.back() = items.size();
 
-  // How K and V reach the kernel: int8 and int4 (groups of 32) keys and fp16, int8 and int4
-  // values are read in place where the kernel can (fp16 keys are decoded once rather than once
-  // per query head); everything else is decoded into float32 rows first.
+  // How K and V reach the kernel: fp16, bf16, int8 and int4 (groups of 32) keys and values are
+  // read in place where the kernel can; everything else is decoded into float32 rows first.
   // Accumulated scores need the exact logits of the float path (the weights must match the
   // reference), so they keep it.
   const SlotCodec& kc = store->codec(false);
@@ -127,6 +126,8 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
     switch (codec.spec().kind) {
       case FormatKind::fp16:
         return Rows::float16;
+      case FormatKind::bf16:
+        return Rows::bfloat16;
       case FormatKind::int8_per_token:
         return Rows::int8;
       case FormatKind::int4_group:
@@ -135,15 +136,13 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
         return Rows::float32;
     }
   };
-  const Rows key_format = stored_kind(kc) == Rows::float16 ? Rows::float32 : stored_kind(kc);
-  const Rows key_rows =
-      key_format != Rows::float32 && !r.accumulate_scores && takes_keys(key_format, group, dim)
-          ? key_format
-          : Rows::float32;
+  const Rows key_rows = !r.accumulate_scores && takes_keys(stored_kind(kc), group, dim)
+                            ? stored_kind(kc)
+                            : Rows::float32;
   const Rows stored_values =
       takes_values(stored_kind(vc), group, dim) ? stored_kind(vc) : Rows::float32;
   std::vector<QuantizedQuery> q8;  // per (query, KV head), for int8 and int4 keys
-  if (key_rows != Rows::float32)
+  if (key_rows == Rows::int8 || key_rows == Rows::int4)
     for (std::uint64_t pair = 0; pair < queries * kv_heads; ++pair)
       q8.push_back(quantize_query(q.data() + pair * group * dim, group, dim, key_rows));
 

@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdlib>
@@ -137,6 +138,21 @@ KVCACHE_AVX512 KVCACHE_INLINE float exp2_scalar(float x) {
   return _mm512_cvtss_f32(exp2_avx512(_mm512_set1_ps(x)));
 }
 
+// Elements at..at+15 of float32, fp16 or bf16 rows as floats.
+template <Rows R>
+KVCACHE_AVX512 KVCACHE_INLINE __m512 load_floats16(const void* rows, std::size_t at) {
+  if constexpr (R == Rows::float32) {
+    return _mm512_loadu_ps(static_cast<const float*>(rows) + at);
+  } else {
+    static_assert(R == Rows::float16 || R == Rows::bfloat16);
+    const __m256i codes = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(rows) + at));
+    if constexpr (R == Rows::float16) return _mm512_cvtph_ps(codes);
+    // bf16 is the top half of a float32.
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(codes), 16));
+  }
+}
+
 // What a 16-key kernel reads: q (float, or quantized for int8/int4 keys), 16 key rows (zeros past
 // n), up to 16 value rows, the tiles to prefetch, and the softmax state of the G heads.
 struct Block16 {
@@ -156,15 +172,23 @@ struct Block16 {
   float* acc;
 };
 
-// Asks for row j's share (of 16) of the prefetch lines, so they spread through the compute instead
-// of leaving in one burst that overflows the L1 miss buffers; into L2 (hint 2), which leaves the L1
-// miss buffers to the loads (int8 about 1.2x faster here than with hint 3).
-KVCACHE_INLINE void prefetch_share(const Block16& b, std::uint32_t j) {
+// Asks for shares [first, first + count) (of 32) of the prefetch lines, so they spread through
+// the compute instead of leaving in one burst that overflows the L1 miss buffers: the key pass
+// asks for shares 0..15, the value pass for 16..31 (one per row). Into L2 (hint 2), which leaves
+// the L1 miss buffers to the loads (int8 about 1.2x faster here than with hint 3).
+inline constexpr std::uint32_t kShares = 32;
+KVCACHE_INLINE void prefetch_shares(const Block16& b, std::uint32_t first, std::uint32_t count) {
   for (const Block16::Ahead& a : b.ahead) {
-    const std::uint32_t per_row = (a.lines + 15) / 16;
-    for (std::uint32_t i = j * per_row; i < std::min(a.lines, (j + 1) * per_row); ++i)
+    const std::uint32_t per_share = (a.lines + kShares - 1) / kShares;
+    for (std::uint32_t i = first * per_share; i < std::min(a.lines, (first + count) * per_share);
+         ++i)
       __builtin_prefetch(a.from + std::size_t{i} * 64, 0, 2);
   }
+}
+// The key pass's shares for head (or pass) g of G.
+template <int G>
+KVCACHE_INLINE void prefetch_key_shares(const Block16& b, int g) {
+  prefetch_shares(b, static_cast<std::uint32_t>(g) * kShares / 2 / G, kShares / 2 / G);
 }
 
 // One head's base-2 softmax update for 16 logits in lane order (see SumOrder): lanes of missing
@@ -258,21 +282,18 @@ KVCACHE_AVX512 KVCACHE_INLINE void add_values16(const Block16& b, float (*weight
     for (int g = 0; g < G; ++g)
       for (int h = 0; h < H; ++h) a[g][h] = _mm512_loadu_ps(b.acc + g * D + 16 * (pass + h));
     for (std::uint32_t j = 0; j < b.n; ++j) {
-      if (pass == 0) prefetch_share(b, j);
+      if (pass == 0) prefetch_shares(b, kShares / 2 + j, 1);
       __m512 vj[H];
       for (int h = 0; h < H; ++h) {
         const std::size_t at = std::size_t{j} * D + 16 * (pass + h);
-        if constexpr (V == Rows::float16) {
-          vj[h] = _mm512_cvtph_ps(_mm256_loadu_si256(
-              reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(b.v) + at)));
-        } else if constexpr (V == Rows::int8) {
+        if constexpr (V == Rows::int8) {
           vj[h] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
               reinterpret_cast<const __m128i*>(static_cast<const std::int8_t*>(b.v) + at))));
         } else if constexpr (V == Rows::int4) {
           vj[h] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
               _mm_load_si128(reinterpret_cast<const __m128i*>(unpacked[j] + codes_at(pass + h)))));
         } else {
-          vj[h] = _mm512_loadu_ps(static_cast<const float*>(b.v) + at);
+          vj[h] = load_floats16<V>(b.v, at);
         }
       }
       for (int g = 0; g < G; ++g) {
@@ -295,25 +316,42 @@ KVCACHE_AVX512 KVCACHE_INLINE void add_values16(const Block16& b, float (*weight
   }
 }
 
-// A block of 16 float32 keys for G query heads of dimension D, everything in registers: logits
-// by 16 accumulators per head and one shuffle-reduction, then the softmax and the values.
-template <int G, int D, Rows V>
+// A block of 16 float32, fp16 or bf16 keys for G query heads of dimension D, everything in
+// registers: each key vector is loaded (and converted) once for all heads, 16 / G keys at a
+// time so that 16 accumulators hold (head, key) pairs; one shuffle-reduction per 16 / G keys,
+// its sums scattered to their head's logits, then the softmax and the values.
+template <int G, int D, Rows K, Rows V>
 KVCACHE_AVX512 void attend16(const Block16& b) {
+  constexpr int T = 16 / G;  // keys per pass
   const __m512i slot = _mm512_load_si512(sum_order().slot_of_lane);
   const __mmask16 present = _mm512_cmplt_epi32_mask(slot, _mm512_set1_epi32(static_cast<int>(b.n)));
-  const auto* k = static_cast<const float*>(b.k);
-  alignas(64) float weight[G][16];
-  for (int g = 0; g < G; ++g) {
+  // Lane i of a pass's sums is accumulator s = slot_of_lane[i]: head s / T, key s % T of the
+  // pass, at logits[s / T][first key + s % T].
+  const __m512i place =
+      _mm512_add_epi32(_mm512_slli_epi32(_mm512_srli_epi32(slot, std::countr_zero(unsigned{T})), 4),
+                       _mm512_and_si512(slot, _mm512_set1_epi32(T - 1)));
+  alignas(64) float logits[G][16];
+  for (int first = 0; first < 16; first += T) {
+    prefetch_key_shares<G>(b, first / T);
     __m512 s[16];
-    for (int j = 0; j < 16; ++j) s[j] = _mm512_setzero_ps();
+    for (int i = 0; i < 16; ++i) s[i] = _mm512_setzero_ps();
     // Fixed trip counts unroll fully.
     for (int c = 0; c < D / 16; ++c) {
-      const __m512 qc = _mm512_loadu_ps(b.q + g * D + 16 * c);
-      for (int j = 0; j < 16; ++j)
-        s[j] = _mm512_fmadd_ps(qc, _mm512_loadu_ps(k + j * D + 16 * c), s[j]);
+      __m512 k[T];
+      for (int t = 0; t < T; ++t)
+        k[t] = load_floats16<K>(b.k, static_cast<std::size_t>(first + t) * D + 16 * c);
+      for (int g = 0; g < G; ++g) {
+        const __m512 qc = _mm512_loadu_ps(b.q + g * D + 16 * c);
+        for (int t = 0; t < T; ++t) s[g * T + t] = _mm512_fmadd_ps(qc, k[t], s[g * T + t]);
+      }
     }
-    softmax16<D>(sum_lanes16<AddFloats>(s), present, b.m[g], b.l[g], b.acc + g * D, weight[g]);
+    _mm512_i32scatter_ps(&logits[0][0], _mm512_add_epi32(place, _mm512_set1_epi32(first)),
+                         sum_lanes16<AddFloats>(s), 4);
   }
+  alignas(64) float weight[G][16];
+  for (int g = 0; g < G; ++g)
+    softmax16<D>(_mm512_permutexvar_ps(slot, _mm512_load_ps(logits[g])), present, b.m[g], b.l[g],
+                 b.acc + g * D, weight[g]);
   add_values16<G, D, V>(b, weight);
 }
 
@@ -332,6 +370,7 @@ KVCACHE_VNNI void attend16_int8(const Block16& b) {
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   alignas(64) float weight[G][16];
   for (int g = 0; g < G; ++g) {
+    prefetch_key_shares<G>(b, g);
     __m512 logits = _mm512_setzero_ps();
     for (int c = 0; c < Chunks; ++c) {
       const __m512i qc = _mm512_loadu_si512(b.q8->codes.data() + g * D + 64 * c);
@@ -386,6 +425,7 @@ KVCACHE_VNNI void attend16_int4(const Block16& b) {
   }
   alignas(64) float weight[G][16];
   for (int g = 0; g < G; ++g) {
+    prefetch_key_shares<G>(b, g);
     const std::int8_t* codes = b.q8->codes.data() + g * D;
     const __m512i q_even = _mm512_maskz_loadu_epi8(half, codes);
     const __m512i q_odd = _mm512_maskz_loadu_epi8(half, codes + D / 2);
@@ -409,13 +449,15 @@ template <int G, int D, Rows V>
 Attend16 for_keys(Rows keys) {
   switch (keys) {
     case Rows::float32:
-      return &attend16<G, D, V>;
+      return &attend16<G, D, Rows::float32, V>;
+    case Rows::float16:
+      return &attend16<G, D, Rows::float16, V>;
+    case Rows::bfloat16:
+      return &attend16<G, D, Rows::bfloat16, V>;
     case Rows::int8:
       return &attend16_int8<G, D, V>;
     case Rows::int4:
       return &attend16_int4<G, D, V>;
-    case Rows::float16:
-      break;
   }
   return nullptr;
 }
@@ -425,6 +467,8 @@ Attend16 for_shape(Rows keys, Rows values) {
   switch (values) {
     case Rows::float16:
       return for_keys<G, D, Rows::float16>(keys);
+    case Rows::bfloat16:
+      return for_keys<G, D, Rows::bfloat16>(keys);
     case Rows::int8:
       return for_keys<G, D, Rows::int8>(keys);
     case Rows::float32:
@@ -454,8 +498,8 @@ bool vnni() {
   return yes;
 }
 
-// The kernel for a shape and row kinds, or null: keys float32, or int8 and int4 with VNNI;
-// values of any kind.
+// The kernel for a shape and row kinds, or null: keys float32, fp16 or bf16, or int8 and int4
+// with VNNI; values of any kind.
 Attend16 specialized(std::uint32_t group, std::uint32_t dim, Rows keys, Rows values) {
   if (!avx512() || ((keys == Rows::int8 || keys == Rows::int4) && !vnni())) return nullptr;
 #define KVCACHE_CASE(G, D)                                            \
@@ -480,6 +524,7 @@ std::size_t row_bytes(Rows kind, std::uint32_t dim) {
     case Rows::float32:
       return dim * 4;
     case Rows::float16:
+    case Rows::bfloat16:
       return dim * 2;
     case Rows::int8:
       return dim;

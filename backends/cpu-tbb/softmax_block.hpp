@@ -27,10 +27,10 @@ struct SoftmaxState {
 void block_logits(const float* q, std::uint32_t group, std::uint32_t dim, const float* k,
                   std::uint32_t n, float* logits);
 
-// How key or value rows reach attend_block: float32 rows, or stored rows read in place (fp16
-// codes; int8 codes with one float scale per row; int4 codes of groups of 32, two per byte,
+// How key or value rows reach attend_block: float32 rows, or stored rows read in place (fp16 or
+// bf16 codes; int8 codes with one float scale per row; int4 codes of groups of 32, two per byte,
 // with an fp16 scale and minimum per group).
-enum class Rows { float32, float16, int8, int4 };
+enum class Rows { float32, float16, bfloat16, int8, int4 };
 struct RowBlock {
   Rows kind = Rows::float32;
   const void* rows = nullptr;  // [n][dim]
@@ -58,8 +58,9 @@ QuantizedQuery quantize_query(const float* q, std::uint32_t group, std::uint32_t
 
 // Whether attend_block reads values of this kind in place for this shape.
 bool takes_values(Rows kind, std::uint32_t group, std::uint32_t dim);
-// Whether attend_block reads int8 or int4 keys in place for this shape: integer dot products
-// with the quantized query, where the CPU has AVX-512 VNNI and KVCACHE_CPU_NO_VNNI is unset.
+// Whether attend_block reads keys of this kind in place for this shape: fp16 and bf16 where the
+// CPU has AVX-512; int8 and int4 by integer dot products with the quantized query, where it also
+// has VNNI and KVCACHE_CPU_NO_VNNI is unset.
 bool takes_keys(Rows kind, std::uint32_t group, std::uint32_t dim);
 
 // Adds n keys and values to the state. q: [group][dim] floats, and q8 the same quantized (int8
