@@ -341,16 +341,22 @@ TEST_P(AttentionConformance, CompactedSequenceUsesLogicalPositions) {
   for (const auto& [name, options] : masks_) check(name, options, 1, {a}, {}, false);
 }
 
+// A small float32 store (pages of 8, 1 MiB) for the tests of one shape below.
+StoreSpec small_fp32_spec(const ModelShape& model) {
+  StoreSpec spec;
+  spec.model = model;
+  spec.page_size = 8;
+  spec.k_format = spec.v_format = "fp32";
+  spec.capacity_bytes = 1 << 20;
+  return spec;
+}
+
 // Outputs in float16 and bfloat16, and the backend against a dense formulation with an
 // explicit boolean mask like the seed's SlidingWindowAttention (kept causal for the first
 // positions), on a small shape.
 TEST(AttentionOutputs, HalfPrecisionOutputsAndDenseMask) {
   for (const std::string& backend : backend_names()) {
-    StoreSpec spec;
-    spec.model = {1, 4, 2, 16};
-    spec.page_size = 8;
-    spec.k_format = spec.v_format = "fp32";
-    spec.capacity_bytes = 1 << 20;
+    const StoreSpec spec = small_fp32_spec({1, 4, 2, 16});
     const auto store = open_store(backend, spec);
     if (!store) continue;
     const auto attention = registry().create_backend(backend)->create_attention();
@@ -427,11 +433,7 @@ TEST(AttentionOutputs, HalfPrecisionOutputsAndDenseMask) {
 // chunks there, and each chunk must still see every key. 16 heads on one KV head, two sequences.
 TEST(AttentionOutputs, WideGroupsMatchTheReference) {
   for (const std::string& backend : backend_names()) {
-    StoreSpec spec;
-    spec.model = {1, 16, 1, 32};
-    spec.page_size = 8;
-    spec.k_format = spec.v_format = "fp32";
-    spec.capacity_bytes = 1 << 20;
+    const StoreSpec spec = small_fp32_spec({1, 16, 1, 32});
     const auto store = open_store(backend, spec);
     if (!store) continue;
     const auto attention = registry().create_backend(backend)->create_attention();
