@@ -8,33 +8,9 @@
 
 #include "device_store.hpp"
 #include "kvcache/paging/attention_plan.hpp"
+#include "staging_layout.hpp"
 
 namespace kvcache::gpu {
-namespace {
-
-// Host arrays gathered into one upload; each piece starts on a 16-byte boundary.
-class Upload {
- public:
-  template <class T>
-  std::uint64_t add(const std::vector<T>& v) {
-    const std::uint64_t at = bytes_.size();
-    const auto* p = reinterpret_cast<const std::byte*>(v.data());
-    bytes_.insert(bytes_.end(), p, p + v.size() * sizeof(T));
-    bytes_.resize((bytes_.size() + 15) / 16 * 16);
-    return at;
-  }
-  const std::vector<std::byte>& bytes() const { return bytes_; }
-
- private:
-  std::vector<std::byte> bytes_;
-};
-
-std::uint64_t aligned(std::uint64_t bytes) {
-  return (bytes + 15) / 16 * 16;
-}
-
-}  // namespace
-
 DeviceAttention::DeviceAttention(int device)
     : processors_(static_cast<std::uint32_t>(device_properties(device).processors)) {}
 
@@ -132,32 +108,26 @@ void DeviceAttention::run(CacheStore& base, const AttentionRequest& r, bool pref
   }
   first_item.push_back(static_cast<std::uint32_t>(items.size()));
 
-  Upload upload;
-  const std::uint64_t pages_at = upload.add(pages), page_offset_at = upload.add(page_offset),
-                      span_offset_at = upload.add(span_offset), spans_at = upload.add(spans),
-                      items_at = upload.add(items), first_item_at = upload.add(first_item),
-                      logit_offset_at = upload.add(logit_offset),
-                      score_offset_at = upload.add(score_offset),
-                      held_from_at = upload.add(held_from), residual_at = upload.add(residual),
-                      residual_offset_at = upload.add(residual_offset);
-  std::uint64_t size = upload.bytes().size();
-  const auto place = [&](std::uint64_t bytes) {
-    const std::uint64_t at = size;
-    size += aligned(bytes);
-    return at;
-  };
-  const std::uint64_t q_at = q.on_device ? 0 : place(q.bytes);
-  const std::uint64_t out_at = out.on_device ? 0 : place(out.bytes);
-  const std::uint64_t partial_at = place(items.size() * kMaxItemHeads * (2 + dim) * 4);
-  const std::uint64_t final_at = place(plan.queries * heads * 2 * 4);
+  StagingLayout layout;
+  const std::uint64_t pages_at = layout.copy(pages), page_offset_at = layout.copy(page_offset),
+                      span_offset_at = layout.copy(span_offset), spans_at = layout.copy(spans),
+                      items_at = layout.copy(items), first_item_at = layout.copy(first_item),
+                      logit_offset_at = layout.copy(logit_offset),
+                      score_offset_at = layout.copy(score_offset),
+                      held_from_at = layout.copy(held_from), residual_at = layout.copy(residual),
+                      residual_offset_at = layout.copy(residual_offset);
+  const std::uint64_t q_at = q.on_device ? 0 : layout.reserve(q.bytes);
+  const std::uint64_t out_at = out.on_device ? 0 : layout.reserve(out.bytes);
+  const std::uint64_t partial_at = layout.reserve(items.size() * kMaxItemHeads * (2 + dim) * 4);
+  const std::uint64_t final_at = layout.reserve(plan.queries * heads * 2 * 4);
   const bool scores = r.accumulate_scores;
-  const std::uint64_t logits_at = scores ? place(logit_offset.back() * heads * 4) : 0;
-  const std::uint64_t scores_at = scores ? place(score_floats * 4) : 0;
-  auto* device = static_cast<std::uint8_t*>(work_.reserve(size));
+  const std::uint64_t logits_at = scores ? layout.reserve(logit_offset.back() * heads * 4) : 0;
+  const std::uint64_t scores_at = scores ? layout.reserve(score_floats * 4) : 0;
+  auto* device = static_cast<std::uint8_t*>(work_.reserve(layout.size()));
   const auto at = [&](std::uint64_t offset) { return device + offset; };
 
   stream.activate();
-  stream.upload(device, upload.bytes().data(), upload.bytes().size());
+  stream.upload(device, layout.host().data(), layout.host().size());
   if (!q.on_device) stream.upload(at(q_at), q.data, q.bytes);
   if (scores) stream.fill(at(scores_at), 0, score_floats * 4);
 

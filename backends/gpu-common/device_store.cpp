@@ -6,6 +6,7 @@
 
 #include "device_format.hpp"
 #include "kvcache/numeric.hpp"
+#include "staging_layout.hpp"
 
 namespace kvcache::gpu {
 namespace {
@@ -58,20 +59,6 @@ std::uint64_t elements(const DLTensor& t) {
   for (int i = 0; i < t.ndim; ++i) n *= static_cast<std::uint64_t>(t.shape[i]);
   return n;
 }
-
-// Offsets of the pieces of one staging upload, each on a 16-byte boundary.
-class Staging {
- public:
-  std::uint64_t add(std::uint64_t bytes) {
-    const std::uint64_t at = size_;
-    size_ = (size_ + bytes + 15) / 16 * 16;
-    return at;
-  }
-  std::uint64_t size() const { return size_; }
-
- private:
-  std::uint64_t size_ = 0;
-};
 
 }  // namespace
 
@@ -149,19 +136,19 @@ void DeviceStore::append(std::uint32_t layer, std::span<const SeqId> ids,
   }
   const GroupPlan groups[2] = {plan_groups(seqs, counts, first_row, layer, false),
                                plan_groups(seqs, counts, first_row, layer, true)};
-  Staging staging;
-  const std::uint64_t where_at = staging.add(where.size() * 4);
-  const std::uint64_t k_at = kt.on_device ? 0 : staging.add(kt.bytes);
-  const std::uint64_t v_at = vt.on_device ? 0 : staging.add(vt.bytes);
+  StagingLayout staging;
+  const std::uint64_t where_at = staging.reserve(where.size() * 4);
+  const std::uint64_t k_at = kt.on_device ? 0 : staging.reserve(kt.bytes);
+  const std::uint64_t v_at = vt.on_device ? 0 : staging.reserve(vt.bytes);
   std::uint64_t group_at[2][5] = {};  // source, residual, page, slot, scratch
   for (const bool value : {false, true}) {
     const GroupPlan& g = groups[value];
     const std::uint64_t group = book_.token_group(value);
-    group_at[value][0] = staging.add(g.source.size() * 8);
-    group_at[value][1] = staging.add(g.residual.size() * 2);
-    group_at[value][2] = staging.add(g.page.size() * 4);
-    group_at[value][3] = staging.add(g.slot.size() * 4);
-    group_at[value][4] = staging.add(g.page.size() * heads * group * dim * 4);
+    group_at[value][0] = staging.reserve(g.source.size() * 8);
+    group_at[value][1] = staging.reserve(g.residual.size() * 2);
+    group_at[value][2] = staging.reserve(g.page.size() * 4);
+    group_at[value][3] = staging.reserve(g.slot.size() * 4);
+    group_at[value][4] = staging.reserve(g.page.size() * heads * group * dim * 4);
   }
   auto* base = static_cast<std::uint8_t*>(staging_.reserve(staging.size()));
   stream_.activate();
@@ -281,9 +268,9 @@ void DeviceStore::gather(std::uint32_t layer, SeqId id, DLTensor& k, DLTensor& v
     where[n + slot] = static_cast<std::uint32_t>(slot % book_.page_size());
   }
   const std::uint64_t floats = n * heads * dim;
-  Staging staging;
-  const std::uint64_t where_at = staging.add(where.size() * 4);
-  const std::uint64_t k_at = staging.add(floats * 4), v_at = staging.add(floats * 4);
+  StagingLayout staging;
+  const std::uint64_t where_at = staging.reserve(where.size() * 4);
+  const std::uint64_t k_at = staging.reserve(floats * 4), v_at = staging.reserve(floats * 4);
   auto* base = static_cast<std::uint8_t*>(staging_.reserve(staging.size()));
   stream_.activate();
   stream_.upload(base + where_at, where.data(), where.size() * 4);
@@ -356,9 +343,10 @@ void DeviceStore::move_slots(std::span<const paging::SlotMove> moves) {
     lists[2 * n + i] = moves[i].to_page;
     lists[3 * n + i] = moves[i].to_slot;
   }
-  Staging staging;
-  const std::uint64_t lists_at = staging.add(lists.size() * 4);
-  const std::uint64_t scratch_at = staging.add(n * slot_bytes(pools_, book_.spec().model.layers));
+  StagingLayout staging;
+  const std::uint64_t lists_at = staging.reserve(lists.size() * 4);
+  const std::uint64_t scratch_at =
+      staging.reserve(n * slot_bytes(pools_, book_.spec().model.layers));
   auto* base = static_cast<std::uint8_t*>(staging_.reserve(staging.size()));
   stream_.activate();
   stream_.upload(base + lists_at, lists.data(), lists.size() * 4);
