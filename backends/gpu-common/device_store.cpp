@@ -304,9 +304,7 @@ std::vector<std::byte> DeviceStore::read_tile(std::uint32_t page, std::uint32_t 
   std::unique_lock lock(mutex_);
   const DeviceFormat& f = value ? pools_.v : pools_.k;
   std::vector<std::byte> out(f.tile_bytes);
-  const std::uint8_t* tile = pools_.pools + layer * pools_.layer_stride +
-                             (value ? pools_.k_pool_bytes : 0) +
-                             (std::uint64_t{page} * pools_.kv_heads + head) * f.tile_bytes;
+  const std::uint8_t* tile = pools_.tile(layer, page, head, value);
   stream_.activate();
   stream_.download(out.data(), tile, out.size());
   stream_.synchronize();
@@ -324,10 +322,9 @@ void DeviceStore::copy_page(paging::PageId from, paging::PageId to) {
   stream_.activate();
   for (std::uint32_t layer = 0; layer < book_.spec().model.layers; ++layer) {
     for (const bool value : {false, true}) {
+      // A page's tiles of one layer and side are adjacent: [page][kv_head].
       const std::uint64_t bytes = pools_.kv_heads * (value ? pools_.v : pools_.k).tile_bytes;
-      std::uint8_t* pool =
-          pools_.pools + layer * pools_.layer_stride + (value ? pools_.k_pool_bytes : 0);
-      stream_.copy(pool + to * bytes, pool + from * bytes, bytes);
+      stream_.copy(pools_.tile(layer, to, 0, value), pools_.tile(layer, from, 0, value), bytes);
     }
   }
   stream_.synchronize();

@@ -61,13 +61,6 @@ __device__ void store_output(void* p, Dtype t, std::uint64_t i, float x) {
   }
 }
 
-__device__ std::uint8_t* tile_at(const PoolLayout& p, std::uint32_t layer, std::uint32_t page,
-                                 std::uint32_t head, bool value) {
-  const DeviceFormat& f = value ? p.v : p.k;
-  return p.pools + layer * p.layer_stride + (value ? p.k_pool_bytes : 0) +
-         (std::uint64_t{page} * p.kv_heads + head) * f.tile_bytes;
-}
-
 // ---- append, gather, poison, compaction ----
 
 // One thread per (row, head, K or V): rows are short and formats with a per-row scale need the
@@ -84,7 +77,7 @@ __global__ void encode_kernel(EncodeArgs a) {
   for (std::uint32_t i = 0; i < dim; ++i)
     x[i] = load_input(value ? a.v : a.k, value ? a.v_dtype : a.k_dtype, row_head * dim + i);
   encode_row(value ? a.pools.v : a.pools.k, x, dim,
-             tile_at(a.pools, a.layer, a.row_page[row], head, value), a.row_slot[row]);
+             a.pools.tile(a.layer, a.row_page[row], head, value), a.row_slot[row]);
 }
 
 // Threads over (group, row, head): the group's rows as floats, each rounded through fp16 (as the
@@ -117,7 +110,7 @@ __global__ void group_encode_kernel(GroupEncodeArgs a) {
   const std::uint64_t group = t / heads;
   const auto head = static_cast<std::uint32_t>(t % heads);
   encode_group(f, a.scratch + t * f.group * dim, dim,
-               tile_at(a.pools, a.layer, a.group_page[group], head, a.value), a.group_slot[group]);
+               a.pools.tile(a.layer, a.group_page[group], head, a.value), a.group_slot[group]);
 }
 
 __global__ void decode_kernel(DecodeArgs a) {
@@ -128,7 +121,7 @@ __global__ void decode_kernel(DecodeArgs a) {
   const std::uint64_t row_head = t >> 1, row = row_head / heads;
   const auto head = static_cast<std::uint32_t>(row_head % heads);
   const SlotReader reader(value ? a.pools.v : a.pools.k,
-                          tile_at(a.pools, a.layer, a.row_page[row], head, value), a.row_slot[row]);
+                          a.pools.tile(a.layer, a.row_page[row], head, value), a.row_slot[row]);
   float* out = (value ? a.v : a.k) + row_head * dim;
   for (std::uint32_t i = 0; i < dim; ++i) out[i] = reader[i];
 }
@@ -140,7 +133,7 @@ __global__ void poison_kernel(PoolLayout p, std::uint32_t page_size, std::uint32
   const bool value = (tile_index & 1) != 0;
   const std::uint32_t head = (tile_index >> 1) % p.kv_heads, layer = (tile_index >> 1) / p.kv_heads;
   const DeviceFormat& f = value ? p.v : p.k;
-  std::uint8_t* tile = tile_at(p, layer, page, head, value);
+  std::uint8_t* tile = p.tile(layer, page, head, value);
   if (from_slot == 0) {
     for (std::uint64_t i = threadIdx.x; i < f.tile_bytes; i += blockDim.x) tile[i] = 0xFF;
     return;
@@ -164,7 +157,7 @@ __device__ std::uint8_t* slot_byte(const PoolLayout& p, std::uint32_t page, std:
   if (value) r -= p.kv_heads * kb;
   const std::uint64_t b = value ? vb : kb;
   const DeviceFormat& f = value ? p.v : p.k;
-  std::uint8_t* tile = tile_at(p, layer, page, static_cast<std::uint32_t>(r / b), value);
+  std::uint8_t* tile = p.tile(layer, page, static_cast<std::uint32_t>(r / b), value);
   const std::uint64_t offset = r % b;
   return offset < f.slot_code_bytes
              ? tile + std::uint64_t{slot} * f.slot_code_bytes + offset
@@ -251,7 +244,7 @@ __global__ void __launch_bounds__(kWarp* kAttendWarps) attend_kernel(AttentionAr
         row[t] = lane + kWarp * t < dim ? fp16_value(held[lane + kWarp * t]) : 0.0f;
       return;
     }
-    const SlotReader reader(f, tile_at(a.pools, a.layer, page, it.kv_head, side == 1), in_page);
+    const SlotReader reader(f, a.pools.tile(a.layer, page, it.kv_head, side == 1), in_page);
     for (int t = 0; t < kDims; ++t)
       row[t] = lane + kWarp * t < dim ? reader[lane + kWarp * t] : 0.0f;
   };

@@ -19,6 +19,13 @@ struct PoolLayout {
   std::uint32_t kv_heads = 0;
   std::uint32_t head_dim = 0;
   DeviceFormat k, v;
+
+  // The tile of (layer, page, KV head) in the K or V pool; for either host or device code.
+  KVC_HD std::uint8_t* tile(std::uint32_t layer, std::uint32_t page, std::uint32_t head,
+                            bool value) const {
+    return pools + layer * layer_stride + (value ? k_pool_bytes : 0) +
+           (std::uint64_t{page} * kv_heads + head) * (value ? v : k).tile_bytes;
+  }
 };
 
 // Element types of tensors crossing the API.
