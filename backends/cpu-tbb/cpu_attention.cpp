@@ -219,13 +219,15 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   // Merge the splits of each (query, KV head), normalize, write.
   std::vector<SoftmaxState> merged;
   merged.reserve(queries * kv_heads);
+  std::vector<float> weight_sums(queries * heads);  // [pair][group]
   std::vector<float> row(dim);
   for (std::uint64_t pair = 0; pair < queries * kv_heads; ++pair) {
     SoftmaxState state = partial[first_item[pair]];
     for (std::size_t it = first_item[pair] + 1; it < first_item[pair + 1]; ++it)
       state.merge(partial[it], dim);
     for (std::uint32_t g = 0; g < group; ++g) {
-      const float inverse = state.l[g] > 0.0f ? 1.0f / state.l[g] : 0.0f;
+      const float sum = weight_sums[pair * group + g] = state.weight_sum(g);
+      const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
       for (std::uint32_t d = 0; d < dim; ++d)
         row[d] = state.acc[std::size_t{g} * dim + d] * inverse;
       const std::uint64_t query = pair / kv_heads;
@@ -244,7 +246,8 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
             logits(std::size_t{group} * page);
         for (std::size_t it = range.begin(); it != range.end(); ++it) {
           const Item& item = items[it];
-          const SoftmaxState& final_state = merged[item.query * kv_heads + item.kv_head];
+          const std::size_t pair = item.query * kv_heads + item.kv_head;
+          const SoftmaxState& final_state = merged[pair];
           const float* qg =
               q.data() + (item.query * heads + std::size_t{item.kv_head} * group) * dim;
           for_each_block(item, k.data(), v.data(), Rows::float32, Rows::float32, false,
@@ -256,7 +259,7 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
                              for (std::uint32_t g = 0; g < group; ++g)
                                weight +=
                                    std::exp2(logits[std::size_t{g} * n + j] - final_state.m[g]) /
-                                   final_state.l[g];
+                                   weight_sums[pair * group + g];
                              std::atomic_ref<float>(scores[first + j])
                                  .fetch_add(weight, std::memory_order_relaxed);
                            }

@@ -192,26 +192,25 @@ KVCACHE_INLINE void prefetch_key_shares(const Block16& b, int g) {
 }
 
 // One head's base-2 softmax update for 16 logits in lane order (see SumOrder): lanes of missing
-// slots get -inf, a new maximum rescales what was accumulated, and the weights go to `weight`
-// in slot order.
+// slots get -inf; only a logit above m + kRescaleSlack raises m (and rescales what was
+// accumulated); the weights are added to the head's lanes of l and go to `weight` in slot order.
 template <int D>
-KVCACHE_AVX512 KVCACHE_INLINE void softmax16(__m512 sums, __mmask16 present, float& m, float& l,
+KVCACHE_AVX512 KVCACHE_INLINE void softmax16(__m512 sums, __mmask16 present, float& m, float* l,
                                              float* acc, float* weight) {
   const __m512 logits = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), present, sums);
-  const float block_top = _mm512_reduce_max_ps(logits);
-  if (block_top > m) {
+  if (_mm512_cmp_ps_mask(logits, _mm512_set1_ps(m + kRescaleSlack), _CMP_GT_OQ) != 0) {
+    const float block_top = _mm512_reduce_max_ps(logits);
     if (m != -INFINITY) {
-      const float correction = exp2_scalar(m - block_top);
-      l *= correction;
+      const __m512 correction = _mm512_set1_ps(exp2_scalar(m - block_top));
+      _mm512_storeu_ps(l, _mm512_mul_ps(_mm512_loadu_ps(l), correction));
       for (int c = 0; c < D / 16; ++c)
-        _mm512_storeu_ps(acc + 16 * c,
-                         _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * c), _mm512_set1_ps(correction)));
+        _mm512_storeu_ps(acc + 16 * c, _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * c), correction));
     }
     m = block_top;
   }
   const __m512 p =
       _mm512_maskz_mov_ps(present, exp2_avx512(_mm512_sub_ps(logits, _mm512_set1_ps(m))));
-  l += _mm512_reduce_add_ps(p);
+  _mm512_storeu_ps(l, _mm512_add_ps(_mm512_loadu_ps(l), p));
   _mm512_store_ps(weight, _mm512_permutexvar_ps(_mm512_load_si512(sum_order().lane_of_slot), p));
 }
 
@@ -350,7 +349,7 @@ KVCACHE_AVX512 void attend16(const Block16& b) {
   }
   alignas(64) float weight[G][16];
   for (int g = 0; g < G; ++g)
-    softmax16<D>(_mm512_permutexvar_ps(slot, _mm512_load_ps(logits[g])), present, b.m[g], b.l[g],
+    softmax16<D>(_mm512_permutexvar_ps(slot, _mm512_load_ps(logits[g])), present, b.m[g], b.l + g * kLanes,
                  b.acc + g * D, weight[g]);
   add_values16<G, D, V>(b, weight);
 }
@@ -384,7 +383,7 @@ KVCACHE_VNNI void attend16_int8(const Block16& b) {
       logits = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots),
                                _mm512_set1_ps(b.q8->steps[g * Chunks + c]), logits);
     }
-    softmax16<D>(_mm512_mul_ps(logits, k_scales), present, b.m[g], b.l[g], b.acc + g * D,
+    softmax16<D>(_mm512_mul_ps(logits, k_scales), present, b.m[g], b.l + g * kLanes, b.acc + g * D,
                  weight[g]);
   }
   add_values16<G, D, V>(b, weight);
@@ -438,7 +437,7 @@ KVCACHE_VNNI void attend16_int4(const Block16& b) {
       s[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots), _mm512_mul_ps(scale[j], steps),
                              _mm512_mul_ps(minimum[j], sums));
     }
-    softmax16<D>(sum_lanes16<AddFloats>(s), present, b.m[g], b.l[g], b.acc + g * D, weight[g]);
+    softmax16<D>(sum_lanes16<AddFloats>(s), present, b.m[g], b.l + g * kLanes, b.acc + g * D, weight[g]);
   }
   add_values16<G, D, V>(b, weight);
 }
@@ -665,15 +664,11 @@ void attend_block(const float* q, const QuantizedQuery* q8, std::uint32_t group,
     float* lg = logits + std::size_t{g} * n;
     const float block_max = *std::max_element(lg, lg + n);
     const float m = std::max(state.m[g], block_max);
-    const float correction = std::exp2(state.m[g] - m);  // 0 for the first block
+    if (m != state.m[g]) state.rescale(g, std::exp2(state.m[g] - m), dim);  // 0 at first
     for (std::uint32_t j = 0; j < n; ++j) lg[j] -= m;
     exp2_in_place(lg, n);
-    float sum = 0.0f;
-    for (std::uint32_t j = 0; j < n; ++j) sum += lg[j];
-    state.l[g] = state.l[g] * correction + sum;
+    for (std::uint32_t j = 0; j < n; ++j) state.l[std::size_t{g} * kLanes + j % kLanes] += lg[j];
     state.m[g] = m;
-    if (correction != 1.0f)
-      for (std::uint32_t i = 0; i < dim; ++i) state.acc[std::size_t{g} * dim + i] *= correction;
   }
   if (avx512() && dim % 16 == 0) {
     accumulate_avx512(logits, group, dim, vf, n, state.acc.data());
@@ -686,15 +681,28 @@ void attend_block(const float* q, const QuantizedQuery* q8, std::uint32_t group,
             logits[std::size_t{g} * n + j] * vf[std::size_t{j} * dim + i];
 }
 
+float SoftmaxState::weight_sum(std::uint32_t g) const {
+  float sum = 0.0f;
+  for (std::uint32_t i = 0; i < kLanes; ++i) sum += l[std::size_t{g} * kLanes + i];
+  return sum;
+}
+
+void SoftmaxState::rescale(std::uint32_t g, float factor, std::uint32_t dim) {
+  for (std::uint32_t i = 0; i < kLanes; ++i) l[std::size_t{g} * kLanes + i] *= factor;
+  for (std::uint32_t i = 0; i < dim; ++i) acc[std::size_t{g} * dim + i] *= factor;
+}
+
 void SoftmaxState::merge(const SoftmaxState& other, std::uint32_t dim) {
-  for (std::size_t g = 0; g < m.size(); ++g) {
-    if (other.l[g] == 0.0f) continue;
+  for (std::uint32_t g = 0; g < m.size(); ++g) {
+    if (other.weight_sum(g) == 0.0f) continue;
     const float top = std::max(m[g], other.m[g]);
-    const float mine = l[g] == 0.0f ? 0.0f : std::exp2(m[g] - top);
+    const float mine = weight_sum(g) == 0.0f ? 0.0f : std::exp2(m[g] - top);
     const float theirs = std::exp2(other.m[g] - top);
+    rescale(g, mine, dim);
+    for (std::uint32_t i = 0; i < kLanes; ++i)
+      l[std::size_t{g} * kLanes + i] += other.l[std::size_t{g} * kLanes + i] * theirs;
     for (std::uint32_t i = 0; i < dim; ++i)
-      acc[g * dim + i] = acc[g * dim + i] * mine + other.acc[g * dim + i] * theirs;
-    l[g] = l[g] * mine + other.l[g] * theirs;
+      acc[std::size_t{g} * dim + i] += other.acc[std::size_t{g} * dim + i] * theirs;
     m[g] = top;
   }
 }

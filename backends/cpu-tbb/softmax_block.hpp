@@ -9,15 +9,25 @@
 
 namespace kvcache::cpu {
 
-// Running state for `group` query heads: max logit m, sum of weights l, weighted sum of values.
+// Running state for `group` query heads: a reference point m for the logits (the largest seen,
+// or less: the kernels raise it only when a logit passes it by more than kRescaleSlack, so that
+// a block seldom pays for a rescale or a horizontal maximum), the sum of the weights
+// 2^(logit - m) spread over kLanes partial sums (added a vector at a time), and the weighted
+// sum of values.
+inline constexpr std::uint32_t kLanes = 16;
+inline constexpr float kRescaleSlack = 8.0f;  // weights stay below 2^8
 struct SoftmaxState {
   SoftmaxState(std::uint32_t group, std::uint32_t dim)
       : m(group, -std::numeric_limits<float>::infinity()),
-        l(group, 0.0f),
+        l(std::size_t{group} * kLanes, 0.0f),
         acc(std::size_t{group} * dim, 0.0f) {}
   std::vector<float> m;
-  std::vector<float> l;
+  std::vector<float> l;    // [group][kLanes]
   std::vector<float> acc;  // [group][dim]
+  // The sum of head g's weights.
+  float weight_sum(std::uint32_t g) const;
+  // Multiplies head g's weights (and what they accumulated) by `factor`.
+  void rescale(std::uint32_t g, float factor, std::uint32_t dim);
   // Folds in a state computed over other keys of the same queries.
   void merge(const SoftmaxState& other, std::uint32_t dim);
 };
