@@ -170,6 +170,7 @@ struct Block16 {
   float* m;
   float* l;
   float* acc;
+  float* weight;  // [G][16], aligned: the key pass's weights in slot order, for the value pass
 };
 
 // Asks for shares [first, first + count) (of 32) of the prefetch lines, so they spread through
@@ -214,68 +215,12 @@ KVCACHE_AVX512 KVCACHE_INLINE void softmax16(__m512 sums, __mmask16 present, flo
   _mm512_store_ps(weight, _mm512_permutexvar_ps(_mm512_load_si512(sum_order().lane_of_slot), p));
 }
 
-// Adds the first n value rows times their weights, over parts of D so that all accumulators
-// stay in registers. The codes are dequantized through the weights: an int8 row's scale
-// multiplies its weight; an int4 row's scales make one weight per group of 32 (code x scale),
-// and its minima times the weights one sum per group, added to the group's elements at the end.
+// Adds the first n float32, fp16 or bf16 value rows times their weights, over parts of D so
+// that all accumulators stay in registers.
 template <int G, int D, Rows V>
-KVCACHE_AVX512 KVCACHE_INLINE void add_values16(const Block16& b, float (*weight)[16]) {
+KVCACHE_AVX512 void values16(const Block16& b) {
   constexpr int C = D / 16;                   // vectors per row
   constexpr int H = C < 16 / G ? C : 16 / G;  // vectors per pass over the values
-  constexpr int Groups = V == Rows::int4 ? D / 32 : 1;
-  alignas(64) float group_weight[G][Groups][16];
-  float group_minimum[G][Groups];
-  // int4 codes one per byte, unpacked once for all heads: 16 codes of a vector, each row's
-  // vectors in the order the unpacking leaves them (see codes_at).
-  alignas(64) std::uint8_t unpacked[V == Rows::int4 ? 16 : 1][D];
-  const auto codes_at = [](int vector) { return vector % 2 * (D / 2) + vector / 2 * 16; };
-  if constexpr (V == Rows::int8) {
-    const __m512 scales = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << b.n) - 1), b.v_meta);
-    for (int g = 0; g < G; ++g)
-      _mm512_store_ps(weight[g], _mm512_mul_ps(_mm512_load_ps(weight[g]), scales));
-  } else if constexpr (V == Rows::int4) {
-    static_assert(D <= 128);
-    // Row j: (scale, minimum) per group as floats; rows past n zeros.
-    alignas(64) float params[16][8] = {};
-    const auto* meta = static_cast<const std::byte*>(b.v_meta);
-    const auto* packed = static_cast<const std::byte*>(b.v);
-    const __m512i nibble = _mm512_set1_epi8(0x0F);
-    for (std::uint32_t j = 0; j < b.n; ++j) {
-      // Low nibbles are the even elements, high ones the odd: interleaved, each 128-bit lane i
-      // of `low` holds vector 2i (elements 32i..32i+15) and of `high` vector 2i + 1.
-      const __m512i row = _mm512_maskz_loadu_epi8(
-          D == 128 ? ~__mmask64{0} : (__mmask64{1} << (D / 2)) - 1, packed + j * D / 2);
-      const __m512i even = _mm512_and_si512(row, nibble);
-      const __m512i odd = _mm512_and_si512(_mm512_srli_epi16(row, 4), nibble);
-      const __m512i low = _mm512_unpacklo_epi8(even, odd), high = _mm512_unpackhi_epi8(even, odd);
-      if constexpr (D == 128) {
-        _mm512_store_si512(unpacked[j], low);
-        _mm512_store_si512(unpacked[j] + D / 2, high);
-      } else {
-        _mm256_store_si256(reinterpret_cast<__m256i*>(unpacked[j]), _mm512_castsi512_si256(low));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(unpacked[j] + D / 2),
-                           _mm512_castsi512_si256(high));
-      }
-      const __m128i halves = D == 128
-                                 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(meta + j * 16))
-                                 : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(meta + j * 8));
-      _mm256_store_ps(params[j],
-                      _mm512_castps512_ps256(_mm512_cvtph_ps(_mm256_zextsi128_si256(halves))));
-    }
-    const __m512i params_row = _mm512_slli_epi32(
-        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 3);
-    for (int i = 0; i < Groups; ++i) {
-      const __m512 scale = _mm512_i32gather_ps(
-          _mm512_add_epi32(params_row, _mm512_set1_epi32(2 * i)), &params[0][0], 4);
-      const __m512 minimum = _mm512_i32gather_ps(
-          _mm512_add_epi32(params_row, _mm512_set1_epi32(2 * i + 1)), &params[0][0], 4);
-      for (int g = 0; g < G; ++g) {
-        const __m512 w = _mm512_load_ps(weight[g]);
-        _mm512_store_ps(group_weight[g][i], _mm512_mul_ps(w, scale));
-        group_minimum[g][i] = _mm512_reduce_add_ps(_mm512_mul_ps(w, minimum));
-      }
-    }
-  }
   for (int pass = 0; pass < C; pass += H) {
     __m512 a[G][H];
     for (int g = 0; g < G; ++g)
@@ -283,34 +228,270 @@ KVCACHE_AVX512 KVCACHE_INLINE void add_values16(const Block16& b, float (*weight
     for (std::uint32_t j = 0; j < b.n; ++j) {
       if (pass == 0) prefetch_shares(b, kShares / 2 + j, 1);
       __m512 vj[H];
-      for (int h = 0; h < H; ++h) {
-        const std::size_t at = std::size_t{j} * D + 16 * (pass + h);
-        if constexpr (V == Rows::int8) {
-          vj[h] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
-              reinterpret_cast<const __m128i*>(static_cast<const std::int8_t*>(b.v) + at))));
-        } else if constexpr (V == Rows::int4) {
-          vj[h] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-              _mm_load_si128(reinterpret_cast<const __m128i*>(unpacked[j] + codes_at(pass + h)))));
-        } else {
-          vj[h] = load_floats16<V>(b.v, at);
-        }
-      }
+      for (int h = 0; h < H; ++h) vj[h] = load_floats16<V>(b.v, std::size_t{j} * D + 16 * (pass + h));
       for (int g = 0; g < G; ++g) {
-        if constexpr (V == Rows::int4) {
-          for (int h = 0; h < H; ++h)
-            a[g][h] =
-                _mm512_fmadd_ps(_mm512_set1_ps(group_weight[g][(pass + h) / 2][j]), vj[h], a[g][h]);
-        } else {
-          const __m512 w = _mm512_set1_ps(weight[g][j]);
-          for (int h = 0; h < H; ++h) a[g][h] = _mm512_fmadd_ps(w, vj[h], a[g][h]);
+        const __m512 w = _mm512_set1_ps(b.weight[g * 16 + j]);
+        for (int h = 0; h < H; ++h) a[g][h] = _mm512_fmadd_ps(w, vj[h], a[g][h]);
+      }
+    }
+    for (int g = 0; g < G; ++g)
+      for (int h = 0; h < H; ++h) _mm512_storeu_ps(b.acc + g * D + 16 * (pass + h), a[g][h]);
+  }
+}
+
+// Quantized values meet their weights in integer dot products, two tokens at a time
+// (vpdpwssd: int16 pairs into int32): per head, the block's weights times the rows' scales are
+// rounded to int16 against a bound on them, so each is off by at most bound / 65534 (below
+// 1/16 of what the int8 format itself loses, however the weights are spread), and the integer
+// sums, exact, are scaled once per block.
+
+// The largest of x's lanes, in every lane.
+KVCACHE_AVX512 KVCACHE_INLINE __m512 broadcast_max(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_shuffle_f32x4(x, x, 0x4E));
+  x = _mm512_max_ps(x, _mm512_shuffle_f32x4(x, x, 0xB1));
+  x = _mm512_max_ps(x, _mm512_permute_ps(x, 0x4E));
+  return _mm512_max_ps(x, _mm512_permute_ps(x, 0xB1));
+}
+
+// Rounds 16 weights (none above `top`, which is in every lane) to int16 codes; returns what one
+// step of a code weighs. The reciprocal is the 14-bit estimate refined by a Newton step; the
+// saturating narrowing keeps a code that the estimate pushes past the largest in range.
+inline constexpr float kLargestCode = 32767.0f;
+KVCACHE_AVX512 KVCACHE_INLINE float weights_to_int16(__m512 w, __m512 top, std::int16_t* codes) {
+  __m512 r = _mm512_rcp14_ps(top);
+  r = _mm512_mul_ps(r, _mm512_fnmadd_ps(top, r, _mm512_set1_ps(2.0f)));
+  const __m512 factor = _mm512_maskz_mul_ps(
+      _mm512_cmp_ps_mask(top, _mm512_setzero_ps(), _CMP_GT_OQ), r, _mm512_set1_ps(kLargestCode));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(codes),
+                     _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(w, factor))));
+  return _mm512_cvtss_f32(top) / kLargestCode;
+}
+
+// The int16 codes of tokens j and j + 1, as the 32-bit lane vpdpwssd multiplies by.
+KVCACHE_AVX512 KVCACHE_INLINE __m512i code_pair(const std::int16_t* codes, std::uint32_t j) {
+  std::int32_t pair;
+  std::memcpy(&pair, codes + j, sizeof pair);
+  return _mm512_set1_epi32(pair);
+}
+
+// Word indices for _mm512_permutex2var_epi16 that interleave two vectors of 32 words a and b:
+// (a[i], b[i]) for i in [first, first + 16).
+struct Interleave {
+  alignas(64) std::int16_t low[32], high[32];
+  constexpr Interleave() : low{}, high{} {
+    for (int i = 0; i < 16; ++i) {
+      low[2 * i] = static_cast<std::int16_t>(i);
+      low[2 * i + 1] = static_cast<std::int16_t>(32 + i);
+      high[2 * i] = static_cast<std::int16_t>(16 + i);
+      high[2 * i + 1] = static_cast<std::int16_t>(48 + i);
+    }
+  }
+};
+inline constexpr Interleave kInterleave;
+
+// acc += the products of a's and b's int16 pairs, summed per 32-bit lane (vpdpwssd). In inline
+// assembly because GCC 12 copies an accumulator updated by the intrinsic in a loop to another
+// register and back at every step.
+KVCACHE_INLINE void dpwssd(__m512i& acc, __m512i a, __m512i b) {
+  asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+}
+
+// 32 int8 codes widened to int16.
+KVCACHE_AVX512 KVCACHE_INLINE __m512i widen_int8(const std::int8_t* codes) {
+  return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes)));
+}
+
+// The int8 row scale multiplies the weight; two rows' 32 codes, widened to int16, interleave
+// into the pairs of elements 0..15 and 16..31.
+template <int G, int D>
+KVCACHE_VNNI void values16_int8(const Block16& b) {
+  constexpr int C = D / 16;
+  constexpr int H = C < 16 / G ? C : 16 / G;  // vectors per pass, even
+  const __m512 scales =
+      _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << b.n) - 1), b.v_meta);
+  alignas(64) std::int16_t codes[G][16];
+  float unit[G];
+  for (int g = 0; g < G; ++g) {
+    const __m512 w = _mm512_mul_ps(_mm512_load_ps(b.weight + 16 * g), scales);
+    unit[g] = weights_to_int16(w, broadcast_max(w), codes[g]);
+  }
+  const auto* v = static_cast<const std::int8_t*>(b.v);
+  const __m512i low = _mm512_load_si512(kInterleave.low);
+  const __m512i high = _mm512_load_si512(kInterleave.high);
+#pragma GCC unroll 8
+  for (int pass = 0; pass < C; pass += H) {
+    __m512i a[G][H];
+    for (int g = 0; g < G; ++g)
+      for (int h = 0; h < H; ++h) a[g][h] = _mm512_setzero_si512();
+    for (std::uint32_t j = 0; j < b.n; j += 2) {  // rows j and j + 1
+      if (pass == 0) prefetch_shares(b, kShares / 2 + j, 2);
+      for (int h = 0; h < H; h += 2) {
+        const __m512i x = widen_int8(v + std::size_t{j} * D + 16 * (pass + h));
+        const __m512i y = widen_int8(v + std::size_t{j + 1} * D + 16 * (pass + h));
+        const __m512i first = _mm512_permutex2var_epi16(x, low, y);
+        const __m512i next = _mm512_permutex2var_epi16(x, high, y);
+        for (int g = 0; g < G; ++g) {
+          const __m512i pair = code_pair(codes[g], j);
+          dpwssd(a[g][h], first, pair);
+          dpwssd(a[g][h + 1], next, pair);
         }
       }
     }
     for (int g = 0; g < G; ++g)
       for (int h = 0; h < H; ++h) {
-        if constexpr (V == Rows::int4)
-          a[g][h] = _mm512_add_ps(a[g][h], _mm512_set1_ps(group_minimum[g][(pass + h) / 2]));
-        _mm512_storeu_ps(b.acc + g * D + 16 * (pass + h), a[g][h]);
+        float* out = b.acc + g * D + 16 * (pass + h);
+        _mm512_storeu_ps(out, _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[g][h]), _mm512_set1_ps(unit[g]),
+                                              _mm512_loadu_ps(out)));
+      }
+  }
+}
+
+// Word indices for _mm512_permutex2var_epi16 over the low nibbles e and high nibbles o of two
+// int4 rows' 16 bytes (row a in words 0..15, row b in 16..31): elements 2k and 2k + 1 are the
+// nibbles of byte k, so the pairs of elements 0..15 are (e[k], e[16+k]), (o[k], o[16+k]) for
+// k < 8, and of elements 16..31 the same for k in 8..15.
+struct NibblePairs {
+  alignas(64) std::int16_t low[32], high[32];
+  constexpr NibblePairs() : low{}, high{} {
+    for (int k = 0; k < 8; ++k)
+      for (int half = 0; half < 2; ++half) {
+        std::int16_t* to = half == 0 ? low : high;
+        const int byte = 8 * half + k;
+        to[4 * k] = static_cast<std::int16_t>(byte);
+        to[4 * k + 1] = static_cast<std::int16_t>(16 + byte);
+        to[4 * k + 2] = static_cast<std::int16_t>(32 + byte);
+        to[4 * k + 3] = static_cast<std::int16_t>(48 + byte);
+      }
+  }
+};
+inline constexpr NibblePairs kNibblePairs;
+
+// int4 rows carry an fp16 (scale, minimum) per group of 32: 16 rows' of them as float vectors
+// over the rows (zeros past n), by two rounds of word permutes.
+template <int D>
+struct GroupParams {
+  static constexpr int Groups = D / 32;
+  __m512 scale[Groups], minimum[Groups];
+};
+template <int D>
+struct MetaTranspose {
+  // Round 1 (D = 128 only): rows r < 8 of the 8 halves per row in registers z0, z1 -> columns
+  // 4c..4c+3 as 8 rows each. Round 2: two registers of (D = 128) 8 rows x 4 columns or (D = 64)
+  // 16 rows x 4 columns -> a column pair (2i, 2i + 1) over the 16 rows.
+  alignas(64) std::int16_t first[2][32], second[2][32];
+  constexpr MetaTranspose() : first{}, second{} {
+    for (int part = 0; part < 2; ++part)
+      for (int c = 0; c < 4; ++c)
+        for (int r = 0; r < 8; ++r) first[part][8 * c + r] = static_cast<std::int16_t>(8 * r + 4 * part + c);
+    for (int pair = 0; pair < 2; ++pair)
+      for (int c = 0; c < 2; ++c)
+        for (int r = 0; r < 16; ++r)
+          second[pair][16 * c + r] = static_cast<std::int16_t>(
+              D == 128 ? (r < 8 ? 0 : 32) + 8 * (2 * pair + c) + r % 8 : 4 * r + 2 * pair + c);
+  }
+};
+template <int D>
+inline constexpr MetaTranspose<D> kMetaTranspose;
+
+template <int D>
+KVCACHE_AVX512 KVCACHE_INLINE GroupParams<D> group_params(const void* meta, std::uint32_t n) {
+  constexpr int Halves = D / 32 * 2;  // per row
+  const auto* words = static_cast<const std::int16_t*>(meta);
+  __m512i z[D / 32];  // words 32i..32i+31, zeros past the n rows
+  for (int i = 0; i < D / 32; ++i) {
+    const int valid = std::clamp(static_cast<int>(n) * Halves - 32 * i, 0, 32);
+    z[i] = _mm512_maskz_loadu_epi16(static_cast<__mmask32>((std::uint64_t{1} << valid) - 1),
+                                    words + 32 * i);
+  }
+  const auto& t = kMetaTranspose<D>;
+  __m512i pairs[D / 32];
+  if constexpr (D == 128) {
+    for (int part = 0; part < 2; ++part) {
+      const __m512i top = _mm512_permutex2var_epi16(z[0], _mm512_load_si512(t.first[part]), z[1]);
+      const __m512i bottom = _mm512_permutex2var_epi16(z[2], _mm512_load_si512(t.first[part]), z[3]);
+      for (int pair = 0; pair < 2; ++pair)
+        pairs[2 * part + pair] = _mm512_permutex2var_epi16(top, _mm512_load_si512(t.second[pair]), bottom);
+    }
+  } else {
+    static_assert(D == 64);
+    for (int pair = 0; pair < 2; ++pair)
+      pairs[pair] = _mm512_permutex2var_epi16(z[0], _mm512_load_si512(t.second[pair]), z[1]);
+  }
+  GroupParams<D> out;
+  for (int i = 0; i < D / 32; ++i) {
+    out.scale[i] = _mm512_cvtph_ps(_mm512_castsi512_si256(pairs[i]));
+    out.minimum[i] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(pairs[i], 1));
+  }
+  return out;
+}
+
+// int4 values: per (head, group of 32) the weights times the group's scales, rounded against the
+// head's largest weight times the group's largest scale; the minima times the weights make one
+// sum per (head, group), added to the group's elements.
+template <int G, int D>
+KVCACHE_VNNI void values16_int4(const Block16& b) {
+  static_assert(D == 64 || D == 128);
+  constexpr int C = D / 16, Groups = D / 32;
+  constexpr int H = C < 16 / G ? C : 16 / G;  // vectors per pass, even: whole groups
+  const GroupParams<D> params = group_params<D>(b.v_meta, b.n);
+  alignas(64) std::int16_t codes[G][Groups][16];
+  float unit[G][Groups];
+  alignas(64) float minimum_sum[(G * Groups + 15) / 16 * 16];
+  {
+    __m512 top_scale[Groups];
+    for (int i = 0; i < Groups; ++i) top_scale[i] = broadcast_max(params.scale[i]);
+    __m512 terms[(G * Groups + 15) / 16 * 16];
+    for (int g = 0; g < G; ++g) {
+      const __m512 w = _mm512_load_ps(b.weight + 16 * g);
+      const __m512 top = broadcast_max(w);
+      for (int i = 0; i < Groups; ++i) {
+        unit[g][i] = weights_to_int16(_mm512_mul_ps(w, params.scale[i]),
+                                      _mm512_mul_ps(top, top_scale[i]), codes[g][i]);
+        terms[g * Groups + i] = _mm512_mul_ps(w, params.minimum[i]);
+      }
+    }
+    for (int i = G * Groups; i < (G * Groups + 15) / 16 * 16; ++i) terms[i] = _mm512_setzero_ps();
+    const __m512i lane_of_slot = _mm512_load_si512(sum_order().lane_of_slot);
+    for (int i = 0; i < G * Groups; i += 16)
+      _mm512_store_ps(minimum_sum + i,
+                      _mm512_permutexvar_ps(lane_of_slot, sum_lanes16<AddFloats>(terms + i)));
+  }
+  const auto* v = static_cast<const std::byte*>(b.v);
+  const __m512i low = _mm512_load_si512(kNibblePairs.low);
+  const __m512i high = _mm512_load_si512(kNibblePairs.high);
+  const __m512i nibble = _mm512_set1_epi16(0x0F);
+#pragma GCC unroll 8
+  for (int pass = 0; pass < C; pass += H) {
+    __m512i a[G][H];
+    for (int g = 0; g < G; ++g)
+      for (int h = 0; h < H; ++h) a[g][h] = _mm512_setzero_si512();
+    for (std::uint32_t j = 0; j < b.n; j += 2) {  // rows j and j + 1
+      if (pass == 0) prefetch_shares(b, kShares / 2 + j, 2);
+      for (int h = 0; h < H; h += 2) {
+        const int group = (pass + h) / 2;
+        const std::byte* row = v + std::size_t{j} * D / 2 + 16 * group;
+        const __m512i both = _mm512_cvtepu8_epi16(_mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row))),
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + D / 2)), 1));
+        const __m512i even = _mm512_and_si512(both, nibble);
+        const __m512i odd = _mm512_srli_epi16(both, 4);
+        const __m512i first = _mm512_permutex2var_epi16(even, low, odd);
+        const __m512i next = _mm512_permutex2var_epi16(even, high, odd);
+        for (int g = 0; g < G; ++g) {
+          const __m512i pair = code_pair(codes[g][group], j);
+          dpwssd(a[g][h], first, pair);
+          dpwssd(a[g][h + 1], next, pair);
+        }
+      }
+    }
+    for (int g = 0; g < G; ++g)
+      for (int h = 0; h < H; ++h) {
+        const int group = (pass + h) / 2;
+        float* out = b.acc + g * D + 16 * (pass + h);
+        _mm512_storeu_ps(
+            out, _mm512_add_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(a[g][h]),
+                                               _mm512_set1_ps(unit[g][group]), _mm512_loadu_ps(out)),
+                               _mm512_set1_ps(minimum_sum[g * Groups + group])));
       }
   }
 }
@@ -319,8 +500,8 @@ KVCACHE_AVX512 KVCACHE_INLINE void add_values16(const Block16& b, float (*weight
 // registers: each key vector is loaded (and converted) once for all heads, 16 / G keys at a
 // time so that 16 accumulators hold (head, key) pairs; one shuffle-reduction per 16 / G keys,
 // its sums scattered to their head's logits, then the softmax and the values.
-template <int G, int D, Rows K, Rows V>
-KVCACHE_AVX512 void attend16(const Block16& b) {
+template <int G, int D, Rows K>
+KVCACHE_AVX512 void keys16(const Block16& b) {
   constexpr int T = 16 / G;  // keys per pass
   const __m512i slot = _mm512_load_si512(sum_order().slot_of_lane);
   const __mmask16 present = _mm512_cmplt_epi32_mask(slot, _mm512_set1_epi32(static_cast<int>(b.n)));
@@ -347,19 +528,17 @@ KVCACHE_AVX512 void attend16(const Block16& b) {
     _mm512_i32scatter_ps(&logits[0][0], _mm512_add_epi32(place, _mm512_set1_epi32(first)),
                          sum_lanes16<AddFloats>(s), 4);
   }
-  alignas(64) float weight[G][16];
   for (int g = 0; g < G; ++g)
     softmax16<D>(_mm512_permutexvar_ps(slot, _mm512_load_ps(logits[g])), present, b.m[g], b.l + g * kLanes,
-                 b.acc + g * D, weight[g]);
-  add_values16<G, D, V>(b, weight);
+                 b.acc + g * D, b.weight + 16 * g);
 }
 
 // The same with 16 int8 keys and the quantized query: per chunk of 64, vpdpbusd multiplies
 // unsigned by signed bytes, so the key codes are flipped to unsigned (k + 128, an xor) and
 // 128 x the query chunk's code sum is taken off after. The integer sums are exact (below 2^24);
 // the query chunk's scale and then each key's scale turn them into logits.
-template <int G, int D, Rows V>
-KVCACHE_VNNI void attend16_int8(const Block16& b) {
+template <int G, int D>
+KVCACHE_VNNI void keys16_int8(const Block16& b) {
   constexpr int Chunks = D / static_cast<int>(kQueryChunk);
   const __m512i slot = _mm512_load_si512(sum_order().slot_of_lane);
   const __mmask16 present = _mm512_cmplt_epi32_mask(slot, _mm512_set1_epi32(static_cast<int>(b.n)));
@@ -367,7 +546,6 @@ KVCACHE_VNNI void attend16_int8(const Block16& b) {
       _mm512_permutexvar_ps(slot, _mm512_loadu_ps(static_cast<const float*>(b.k_meta)));
   const auto* k = static_cast<const std::int8_t*>(b.k);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  alignas(64) float weight[G][16];
   for (int g = 0; g < G; ++g) {
     prefetch_key_shares<G>(b, g);
     __m512 logits = _mm512_setzero_ps();
@@ -384,9 +562,8 @@ KVCACHE_VNNI void attend16_int8(const Block16& b) {
                                _mm512_set1_ps(b.q8->steps[g * Chunks + c]), logits);
     }
     softmax16<D>(_mm512_mul_ps(logits, k_scales), present, b.m[g], b.l + g * kLanes, b.acc + g * D,
-                 weight[g]);
+                 b.weight + 16 * g);
   }
-  add_values16<G, D, V>(b, weight);
 }
 
 // The same with 16 int4 keys (groups of 32; D of 64 or 128: one vector of packed codes at
@@ -394,8 +571,8 @@ KVCACHE_VNNI void attend16_int8(const Block16& b) {
 // of each, against the query's even and odd codes, makes 32-bit lanes 4i..4i+3 the partial dot
 // products of group i: per lane, times the group's scale and the query chunk's step, plus the
 // group's minimum times the query codes' sum, then summed across lanes.
-template <int G, int D, Rows V>
-KVCACHE_VNNI void attend16_int4(const Block16& b) {
+template <int G, int D>
+KVCACHE_VNNI void keys16_int4(const Block16& b) {
   static_assert(D == 64 || D == 128);
   constexpr __mmask64 half = D == 128 ? ~__mmask64{0} : (__mmask64{1} << (D / 2)) - 1;
   constexpr int MetaHalves = D / 32 * 2;  // (scale, minimum) per group
@@ -422,7 +599,6 @@ KVCACHE_VNNI void attend16_int4(const Block16& b) {
     scale[j] = _mm512_permutexvar_ps(scale_of_lane, params);
     minimum[j] = _mm512_permutexvar_ps(minimum_of_lane, params);
   }
-  alignas(64) float weight[G][16];
   for (int g = 0; g < G; ++g) {
     prefetch_key_shares<G>(b, g);
     const std::int8_t* codes = b.q8->codes.data() + g * D;
@@ -437,43 +613,43 @@ KVCACHE_VNNI void attend16_int4(const Block16& b) {
       s[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots), _mm512_mul_ps(scale[j], steps),
                              _mm512_mul_ps(minimum[j], sums));
     }
-    softmax16<D>(sum_lanes16<AddFloats>(s), present, b.m[g], b.l + g * kLanes, b.acc + g * D, weight[g]);
+    softmax16<D>(sum_lanes16<AddFloats>(s), present, b.m[g], b.l + g * kLanes, b.acc + g * D, b.weight + 16 * g);
   }
-  add_values16<G, D, V>(b, weight);
 }
 
-using Attend16 = void (*)(const Block16&);
+// A pass over a block of 16: keys to weights, or weights and values to the accumulators.
+using Pass16 = void (*)(const Block16&);
 
-template <int G, int D, Rows V>
-Attend16 for_keys(Rows keys) {
+template <int G, int D>
+Pass16 key_pass(Rows keys) {
   switch (keys) {
     case Rows::float32:
-      return &attend16<G, D, Rows::float32, V>;
+      return &keys16<G, D, Rows::float32>;
     case Rows::float16:
-      return &attend16<G, D, Rows::float16, V>;
+      return &keys16<G, D, Rows::float16>;
     case Rows::bfloat16:
-      return &attend16<G, D, Rows::bfloat16, V>;
+      return &keys16<G, D, Rows::bfloat16>;
     case Rows::int8:
-      return &attend16_int8<G, D, V>;
+      return &keys16_int8<G, D>;
     case Rows::int4:
-      return &attend16_int4<G, D, V>;
+      return &keys16_int4<G, D>;
   }
   return nullptr;
 }
 
 template <int G, int D>
-Attend16 for_shape(Rows keys, Rows values) {
+Pass16 value_pass(Rows values) {
   switch (values) {
-    case Rows::float16:
-      return for_keys<G, D, Rows::float16>(keys);
-    case Rows::bfloat16:
-      return for_keys<G, D, Rows::bfloat16>(keys);
-    case Rows::int8:
-      return for_keys<G, D, Rows::int8>(keys);
     case Rows::float32:
-      return for_keys<G, D, Rows::float32>(keys);
+      return &values16<G, D, Rows::float32>;
+    case Rows::float16:
+      return &values16<G, D, Rows::float16>;
+    case Rows::bfloat16:
+      return &values16<G, D, Rows::bfloat16>;
+    case Rows::int8:
+      return &values16_int8<G, D>;
     case Rows::int4:
-      return for_keys<G, D, Rows::int4>(keys);
+      return &values16_int4<G, D>;
   }
   return nullptr;
 }
@@ -497,13 +673,17 @@ bool vnni() {
   return yes;
 }
 
-// The kernel for a shape and row kinds, or null: keys float32, fp16 or bf16, or int8 and int4
-// with VNNI; values of any kind.
-Attend16 specialized(std::uint32_t group, std::uint32_t dim, Rows keys, Rows values) {
-  if (!avx512() || ((keys == Rows::int8 || keys == Rows::int4) && !vnni())) return nullptr;
-#define KVCACHE_CASE(G, D)                                            \
-  do {                                                                \
-    if (group == G && dim == D) return for_shape<G, D>(keys, values); \
+// The passes for a shape and row kinds, or nulls: keys and values float32, fp16 or bf16 where
+// the CPU has AVX-512, int8 and int4 where it also has VNNI.
+struct Kernel {
+  Pass16 keys = nullptr, values = nullptr;
+};
+Kernel specialized(std::uint32_t group, std::uint32_t dim, Rows keys, Rows values) {
+  const auto integer = [](Rows kind) { return kind == Rows::int8 || kind == Rows::int4; };
+  if (!avx512() || ((integer(keys) || integer(values)) && !vnni())) return {};
+#define KVCACHE_CASE(G, D)                                                    \
+  do {                                                                        \
+    if (group == G && dim == D) return {key_pass<G, D>(keys), value_pass<G, D>(values)}; \
   } while (false)
   KVCACHE_CASE(1, 64);
   KVCACHE_CASE(2, 64);
@@ -514,9 +694,9 @@ Attend16 specialized(std::uint32_t group, std::uint32_t dim, Rows keys, Rows val
   KVCACHE_CASE(4, 128);
   KVCACHE_CASE(8, 128);
 #undef KVCACHE_CASE
-  return nullptr;
+  return {};
 }
-constexpr std::uint32_t kMaxDim = 128;  // of the specialized shapes
+constexpr std::uint32_t kMaxDim = 128, kMaxGroup = 8;  // of the specialized shapes
 
 std::size_t row_bytes(Rows kind, std::uint32_t dim) {
   switch (kind) {
@@ -600,16 +780,16 @@ void block_logits(const float* q, std::uint32_t group, std::uint32_t dim, const 
 }
 
 bool takes_values(Rows kind, std::uint32_t group, std::uint32_t dim) {
-  return specialized(group, dim, Rows::float32, kind) != nullptr;
+  return specialized(group, dim, Rows::float32, kind).values != nullptr;
 }
 
 bool takes_keys(Rows kind, std::uint32_t group, std::uint32_t dim) {
-  return specialized(group, dim, kind, Rows::float32) != nullptr;
+  return specialized(group, dim, kind, Rows::float32).keys != nullptr;
 }
 
 void attend_block(const float* q, const QuantizedQuery* q8, std::uint32_t group, std::uint32_t dim,
                   RowBlock k, RowBlock v, std::uint32_t n, SoftmaxState& state, float* logits) {
-  if (const Attend16 fast = specialized(group, dim, k.kind, v.kind)) {
+  if (const Kernel fast = specialized(group, dim, k.kind, v.kind); fast.keys != nullptr) {
     const auto* keys = static_cast<const std::byte*>(k.rows);
     const auto* values = static_cast<const std::byte*>(v.rows);
     const std::size_t key_bytes = row_bytes(k.kind, dim), value_bytes = row_bytes(v.kind, dim);
@@ -619,7 +799,9 @@ void attend_block(const float* q, const QuantizedQuery* q8, std::uint32_t group,
     };
     // The kernel reads 16 key rows: a partial block's are copied and padded with zeros (finite;
     // their weight is 0).
-    alignas(64) std::byte pad[16 * kMaxDim * 4], pad_meta[16 * kMaxDim / 32 * 4];
+    alignas(64) std::byte pad[16 * kMaxDim * 4], pad_meta[16 * kMaxDim / 32 * 4],
+        pad_values[16 * kMaxDim];
+    alignas(64) float weight[kMaxGroup * 16];
     const std::size_t key_meta = meta_bytes(k.kind, dim);
     for (std::uint32_t b = 0; b < blocks; ++b) {
       const std::uint32_t j = 16 * b, rows = std::min(16u, n - j);
@@ -633,7 +815,8 @@ void attend_block(const float* q, const QuantizedQuery* q8, std::uint32_t group,
                     {},
                     state.m.data(),
                     state.l.data(),
-                    state.acc.data()};
+                    state.acc.data(),
+                    weight};
       // Each block asks for its share of the next tiles.
       const RowBlock* sides[2] = {&k, &v};
       for (int i = 0; i < 2; ++i) {
@@ -651,7 +834,15 @@ void attend_block(const float* q, const QuantizedQuery* q8, std::uint32_t group,
           block.k_meta = pad_meta;
         }
       }
-      fast(block);
+      // The integer value passes read rows in pairs: an odd block's rows are copied and followed
+      // by a row of zeros.
+      if (rows % 2 == 1 && (v.kind == Rows::int8 || v.kind == Rows::int4)) {
+        std::memcpy(pad_values, block.v, rows * value_bytes);
+        std::memset(pad_values + rows * value_bytes, 0, value_bytes);
+        block.v = pad_values;
+      }
+      fast.keys(block);
+      fast.values(block);
     }
     return;
   }
