@@ -253,18 +253,19 @@ KVCACHE_AVX512 KVCACHE_INLINE __m512 broadcast_max(__m512 x) {
   return _mm512_max_ps(x, _mm512_permute_ps(x, 0xB1));
 }
 
-// Rounds 16 weights (none above `top`, which is in every lane) to int16 codes; returns what one
-// step of a code weighs. The reciprocal is the 14-bit estimate refined by a Newton step; the
-// saturating narrowing keeps a code that the estimate pushes past the largest in range.
+// 1 / x in every lane, 0 where x is 0: the 14-bit estimate refined by a Newton step.
+KVCACHE_AVX512 KVCACHE_INLINE __m512 reciprocal(__m512 x) {
+  const __m512 r = _mm512_rcp14_ps(x);
+  return _mm512_maskz_mul_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ), r,
+                             _mm512_fnmadd_ps(x, r, _mm512_set1_ps(2.0f)));
+}
+
+// Rounds 16 weights already scaled to at most kLargestCode to int16 codes (the narrowing
+// saturates, for the hair by which the reciprocal may pass it).
 inline constexpr float kLargestCode = 32767.0f;
-KVCACHE_AVX512 KVCACHE_INLINE float weights_to_int16(__m512 w, __m512 top, std::int16_t* codes) {
-  __m512 r = _mm512_rcp14_ps(top);
-  r = _mm512_mul_ps(r, _mm512_fnmadd_ps(top, r, _mm512_set1_ps(2.0f)));
-  const __m512 factor = _mm512_maskz_mul_ps(
-      _mm512_cmp_ps_mask(top, _mm512_setzero_ps(), _CMP_GT_OQ), r, _mm512_set1_ps(kLargestCode));
+KVCACHE_AVX512 KVCACHE_INLINE void store_codes(__m512 scaled, std::int16_t* codes) {
   _mm256_store_si256(reinterpret_cast<__m256i*>(codes),
-                     _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(w, factor))));
-  return _mm512_cvtss_f32(top) / kLargestCode;
+                     _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(scaled)));
 }
 
 // The int16 codes of tokens j and j + 1, as the 32-bit lane vpdpwssd multiplies by.
@@ -313,7 +314,10 @@ KVCACHE_VNNI void values16_int8(const Block16& b) {
   float unit[G];
   for (int g = 0; g < G; ++g) {
     const __m512 w = _mm512_mul_ps(_mm512_load_ps(b.weight + 16 * g), scales);
-    unit[g] = weights_to_int16(w, broadcast_max(w), codes[g]);
+    const __m512 top = broadcast_max(w);
+    store_codes(_mm512_mul_ps(w, _mm512_mul_ps(reciprocal(top), _mm512_set1_ps(kLargestCode))),
+                codes[g]);
+    unit[g] = _mm512_cvtss_f32(top) / kLargestCode;
   }
   const auto* v = static_cast<const std::int8_t*>(b.v);
   const __m512i low = _mm512_load_si512(kInterleave.low);
@@ -438,15 +442,22 @@ KVCACHE_VNNI void values16_int4(const Block16& b) {
   float unit[G][Groups];
   alignas(64) float minimum_sum[(G * Groups + 15) / 16 * 16];
   {
-    __m512 top_scale[Groups];
-    for (int i = 0; i < Groups; ++i) top_scale[i] = broadcast_max(params.scale[i]);
+    // Weights scaled to at most kLargestCode per head, scales to at most 1 per group.
+    __m512 scales[Groups];
+    float top_scale[Groups];
+    for (int i = 0; i < Groups; ++i) {
+      const __m512 top = broadcast_max(params.scale[i]);
+      scales[i] = _mm512_mul_ps(params.scale[i], reciprocal(top));
+      top_scale[i] = _mm512_cvtss_f32(top);
+    }
     __m512 terms[(G * Groups + 15) / 16 * 16];
     for (int g = 0; g < G; ++g) {
       const __m512 w = _mm512_load_ps(b.weight + 16 * g);
       const __m512 top = broadcast_max(w);
+      const __m512 scaled = _mm512_mul_ps(w, _mm512_mul_ps(reciprocal(top), _mm512_set1_ps(kLargestCode)));
       for (int i = 0; i < Groups; ++i) {
-        unit[g][i] = weights_to_int16(_mm512_mul_ps(w, params.scale[i]),
-                                      _mm512_mul_ps(top, top_scale[i]), codes[g][i]);
+        store_codes(_mm512_mul_ps(scaled, scales[i]), codes[g][i]);
+        unit[g][i] = _mm512_cvtss_f32(top) * top_scale[i] / kLargestCode;
         terms[g * Groups + i] = _mm512_mul_ps(w, params.minimum[i]);
       }
     }
