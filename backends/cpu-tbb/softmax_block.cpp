@@ -192,13 +192,14 @@ KVCACHE_INLINE void prefetch_key_shares(const Block16& b, int g) {
   prefetch_shares(b, static_cast<std::uint32_t>(g) * kShares / 2 / G, kShares / 2 / G);
 }
 
-// One head's base-2 softmax update for 16 logits in lane order (see SumOrder): lanes of missing
-// slots get -inf; only a logit above m + kRescaleSlack raises m (and rescales what was
-// accumulated); the weights are added to the head's lanes of l and go to `weight` in slot order.
+// One head's base-2 softmax update for the logits of 16 slots, the first n present (the others
+// get -inf): only a logit above m + kRescaleSlack raises m (and rescales what was accumulated);
+// the weights are added to the head's lanes of l and go to `weight`.
 template <int D>
-KVCACHE_AVX512 KVCACHE_INLINE void softmax16(__m512 sums, __mmask16 present, float& m, float* l,
+KVCACHE_AVX512 KVCACHE_INLINE void softmax16(__m512 logits, std::uint32_t n, float& m, float* l,
                                              float* acc, float* weight) {
-  const __m512 logits = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), present, sums);
+  const auto present = static_cast<__mmask16>((1u << n) - 1);
+  logits = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), present, logits);
   if (_mm512_cmp_ps_mask(logits, _mm512_set1_ps(m + kRescaleSlack), _CMP_GT_OQ) != 0) {
     const float block_top = _mm512_reduce_max_ps(logits);
     if (m != -INFINITY) {
@@ -212,7 +213,7 @@ KVCACHE_AVX512 KVCACHE_INLINE void softmax16(__m512 sums, __mmask16 present, flo
   const __m512 p =
       _mm512_maskz_mov_ps(present, exp2_avx512(_mm512_sub_ps(logits, _mm512_set1_ps(m))));
   _mm512_storeu_ps(l, _mm512_add_ps(_mm512_loadu_ps(l), p));
-  _mm512_store_ps(weight, _mm512_permutexvar_ps(_mm512_load_si512(sum_order().lane_of_slot), p));
+  _mm512_store_ps(weight, p);
 }
 
 // Adds the first n float32, fp16 or bf16 value rows times their weights, over parts of D so
@@ -515,7 +516,6 @@ template <int G, int D, Rows K>
 KVCACHE_AVX512 void keys16(const Block16& b) {
   constexpr int T = 16 / G;  // keys per pass
   const __m512i slot = _mm512_load_si512(sum_order().slot_of_lane);
-  const __mmask16 present = _mm512_cmplt_epi32_mask(slot, _mm512_set1_epi32(static_cast<int>(b.n)));
   // Lane i of a pass's sums is accumulator s = slot_of_lane[i]: head s / T, key s % T of the
   // pass, at logits[s / T][first key + s % T].
   const __m512i place =
@@ -540,92 +540,144 @@ KVCACHE_AVX512 void keys16(const Block16& b) {
                          sum_lanes16<AddFloats>(s), 4);
   }
   for (int g = 0; g < G; ++g)
-    softmax16<D>(_mm512_permutexvar_ps(slot, _mm512_load_ps(logits[g])), present, b.m[g], b.l + g * kLanes,
-                 b.acc + g * D, b.weight + 16 * g);
+    softmax16<D>(_mm512_load_ps(logits[g]), b.n, b.m[g], b.l + g * kLanes, b.acc + g * D,
+                 b.weight + 16 * g);
 }
 
-// The same with 16 int8 keys and the quantized query: per chunk of 64, vpdpbusd multiplies
-// unsigned by signed bytes, so the key codes are flipped to unsigned (k + 128, an xor) and
-// 128 x the query chunk's code sum is taken off after. The integer sums are exact (below 2^24);
-// the query chunk's scale and then each key's scale turn them into logits.
+// Integer keys meet the quantized query four tokens at a time: each token's vpdpbusd products
+// are summed within 128-bit lanes (lane 4L + t: token t's part L), scaled there (the scales
+// differ from part to part), and the parts summed across lanes, which leaves the 16 logits in
+// token order.
+
+// Lane 4L + t of the result: the sum of d[t]'s four lanes in 128-bit lane L.
+KVCACHE_AVX512 KVCACHE_INLINE __m512i sum_within_lanes(const __m512i d[4]) {
+  const __m512i a =
+      _mm512_add_epi32(_mm512_unpacklo_epi32(d[0], d[1]), _mm512_unpackhi_epi32(d[0], d[1]));
+  const __m512i b =
+      _mm512_add_epi32(_mm512_unpacklo_epi32(d[2], d[3]), _mm512_unpackhi_epi32(d[2], d[3]));
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+}
+
+// Lane 4q + t of the result: the sum over L of lane 4L + t of f[q].
+KVCACHE_AVX512 KVCACHE_INLINE __m512 sum_across_lanes(const __m512 f[4]) {
+  const __m512 x = _mm512_add_ps(_mm512_shuffle_f32x4(f[0], f[1], 0x44),
+                                 _mm512_shuffle_f32x4(f[0], f[1], 0xEE));
+  const __m512 y = _mm512_add_ps(_mm512_shuffle_f32x4(f[2], f[3], 0x44),
+                                 _mm512_shuffle_f32x4(f[2], f[3], 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x88), _mm512_shuffle_f32x4(x, y, 0xDD));
+}
+
+// 128-bit lane L of out[q] = 128-bit lane q of in[L].
+KVCACHE_AVX512 KVCACHE_INLINE void transpose_lanes(const __m512 in[4], __m512 out[4]) {
+  const __m512 p0 = _mm512_shuffle_f32x4(in[0], in[1], 0x44);
+  const __m512 p1 = _mm512_shuffle_f32x4(in[0], in[1], 0xEE);
+  const __m512 p2 = _mm512_shuffle_f32x4(in[2], in[3], 0x44);
+  const __m512 p3 = _mm512_shuffle_f32x4(in[2], in[3], 0xEE);
+  out[0] = _mm512_shuffle_f32x4(p0, p2, 0x88);
+  out[1] = _mm512_shuffle_f32x4(p0, p2, 0xDD);
+  out[2] = _mm512_shuffle_f32x4(p1, p3, 0x88);
+  out[3] = _mm512_shuffle_f32x4(p1, p3, 0xDD);
+}
+
+// 16 int8 keys: vpdpbusd multiplies unsigned by signed bytes, so the key codes are flipped to
+// unsigned (k + 128, an xor) once for all heads, and 128 x the query's codes is taken off per
+// part. With D = 128 each token's halves are rearranged as [0, 32) + [64, 96) and [32, 64) +
+// [96, 128), so that parts 0 and 1 belong to the query's first chunk of 64 and parts 2 and 3 to
+// its second (quantize_query orders the codes to match). The integer sums are exact; the part's
+// query step and the key's scale turn them into logits.
 template <int G, int D>
 KVCACHE_VNNI void keys16_int8(const Block16& b) {
-  constexpr int Chunks = D / static_cast<int>(kQueryChunk);
-  const __m512i slot = _mm512_load_si512(sum_order().slot_of_lane);
-  const __mmask16 present = _mm512_cmplt_epi32_mask(slot, _mm512_set1_epi32(static_cast<int>(b.n)));
-  const __m512 k_scales =
-      _mm512_permutexvar_ps(slot, _mm512_loadu_ps(static_cast<const float*>(b.k_meta)));
+  static_assert(D == 64 || D == 128);
   const auto* k = static_cast<const std::int8_t*>(b.k);
+  const auto* key_scales = static_cast<const float*>(b.k_meta);
+  const QuantizedQuery& q8 = *b.q8;
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  for (int g = 0; g < G; ++g) {
-    prefetch_key_shares<G>(b, g);
-    __m512 logits = _mm512_setzero_ps();
-    for (int c = 0; c < Chunks; ++c) {
-      const __m512i qc = _mm512_loadu_si512(b.q8->codes.data() + g * D + 64 * c);
-      __m512 s[16];
-      for (int j = 0; j < 16; ++j)
-        s[j] = _mm512_castsi512_ps(_mm512_dpbusd_epi32(
-            _mm512_setzero_si512(), _mm512_xor_si512(_mm512_loadu_si512(k + j * D + 64 * c), flip),
-            qc));
-      const __m512i dots = _mm512_sub_epi32(_mm512_castps_si512(sum_lanes16<AddInts>(s)),
-                                            _mm512_set1_epi32(b.q8->bias[g * Chunks + c]));
-      logits = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots),
-                               _mm512_set1_ps(b.q8->steps[g * Chunks + c]), logits);
+  __m512 parts[G][4];
+  for (int quad = 0; quad < 4; ++quad) {
+    prefetch_key_shares<4>(b, quad);
+    __m512i x[4], y[4];
+    for (int t = 0; t < 4; ++t) {
+      const std::int8_t* row = k + (4 * quad + t) * D;
+      const __m512i low = _mm512_loadu_si512(row);
+      if constexpr (D == 128) {
+        const __m512i high = _mm512_loadu_si512(row + 64);
+        x[t] = _mm512_xor_si512(_mm512_shuffle_i64x2(low, high, 0x44), flip);
+        y[t] = _mm512_xor_si512(_mm512_shuffle_i64x2(low, high, 0xEE), flip);
+      } else {
+        x[t] = _mm512_xor_si512(low, flip);
+      }
     }
-    softmax16<D>(_mm512_mul_ps(logits, k_scales), present, b.m[g], b.l + g * kLanes, b.acc + g * D,
-                 b.weight + 16 * g);
+    // Lane 4L + t: the scale of token 4 quad + t.
+    const __m512 scales = _mm512_broadcast_f32x4(_mm_loadu_ps(key_scales + 4 * quad));
+    for (int g = 0; g < G; ++g) {
+      const std::int8_t* codes = q8.codes.data() + g * D;
+      __m512i d[4];
+      for (int t = 0; t < 4; ++t) {
+        d[t] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), x[t], _mm512_loadu_si512(codes));
+        if constexpr (D == 128)
+          d[t] = _mm512_dpbusd_epi32(d[t], y[t], _mm512_loadu_si512(codes + 64));
+      }
+      const __m512i dots = _mm512_sub_epi32(sum_within_lanes(d),
+                                            _mm512_loadu_si512(q8.lane_bias.data() + 16 * g));
+      parts[g][quad] = _mm512_mul_ps(
+          _mm512_cvtepi32_ps(dots),
+          _mm512_mul_ps(_mm512_loadu_ps(q8.lane_steps.data() + 16 * g), scales));
+    }
   }
+  for (int g = 0; g < G; ++g)
+    softmax16<D>(sum_across_lanes(parts[g]), b.n, b.m[g], b.l + g * kLanes, b.acc + g * D,
+                 b.weight + 16 * g);
 }
 
-// The same with 16 int4 keys (groups of 32; D of 64 or 128: one vector of packed codes at
-// most). The low nibbles are the even elements and the high ones the odd elements, so a vector
-// of each, against the query's even and odd codes, makes 32-bit lanes 4i..4i+3 the partial dot
-// products of group i: per lane, times the group's scale and the query chunk's step, plus the
-// group's minimum times the query codes' sum, then summed across lanes.
+// 16 int4 keys (groups of 32; D of 64 or 128: one vector of packed codes at most). The low
+// nibbles are the even elements and the high ones the odd elements, so a vector of each,
+// against the query's even and odd codes, makes part L group L: times the group's scale and
+// the query chunk's step, plus the group's minimum times step x the query codes' sum.
 template <int G, int D>
 KVCACHE_VNNI void keys16_int4(const Block16& b) {
   static_assert(D == 64 || D == 128);
   constexpr __mmask64 half = D == 128 ? ~__mmask64{0} : (__mmask64{1} << (D / 2)) - 1;
-  constexpr int MetaHalves = D / 32 * 2;  // (scale, minimum) per group
-  const __m512i slot = _mm512_load_si512(sum_order().slot_of_lane);
-  const __mmask16 present = _mm512_cmplt_epi32_mask(slot, _mm512_set1_epi32(static_cast<int>(b.n)));
   const auto* k = static_cast<const std::byte*>(b.k);
-  const auto* meta = static_cast<const std::byte*>(b.k_meta);
+  const QuantizedQuery& q8 = *b.q8;
   const __m512i nibble = _mm512_set1_epi8(0x0F);
-  // Lane 4i..4i+3 takes group i's scale (halves 2i) or minimum (2i + 1); past D, the zeros
-  // loaded beyond the row's halves.
-  const __m512i scale_of_lane = _mm512_set_epi32(6, 6, 6, 6, 4, 4, 4, 4, 2, 2, 2, 2, 0, 0, 0, 0);
-  const __m512i minimum_of_lane = _mm512_set_epi32(7, 7, 7, 7, 5, 5, 5, 5, 3, 3, 3, 3, 1, 1, 1, 1);
-  // Unpacked once for all heads.
-  __m512i even[16], odd[16];
-  __m512 scale[16], minimum[16];
-  for (int j = 0; j < 16; ++j) {
-    const __m512i packed = _mm512_maskz_loadu_epi8(half, k + j * D / 2);
-    even[j] = _mm512_and_si512(packed, nibble);
-    odd[j] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble);
-    const __m128i halves = MetaHalves == 8
-                               ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(meta + j * 16))
-                               : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(meta + j * 8));
-    const __m512 params = _mm512_cvtph_ps(_mm256_zextsi128_si256(halves));
-    scale[j] = _mm512_permutexvar_ps(scale_of_lane, params);
-    minimum[j] = _mm512_permutexvar_ps(minimum_of_lane, params);
-  }
-  for (int g = 0; g < G; ++g) {
-    prefetch_key_shares<G>(b, g);
-    const std::int8_t* codes = b.q8->codes.data() + g * D;
-    const __m512i q_even = _mm512_maskz_loadu_epi8(half, codes);
-    const __m512i q_odd = _mm512_maskz_loadu_epi8(half, codes + D / 2);
-    const __m512 steps = _mm512_loadu_ps(b.q8->lane_steps.data() + 16 * g);
-    const __m512 sums = _mm512_loadu_ps(b.q8->lane_sums.data() + 16 * g);
-    __m512 s[16];
-    for (int j = 0; j < 16; ++j) {
-      const __m512i dots = _mm512_dpbusd_epi32(
-          _mm512_dpbusd_epi32(_mm512_setzero_si512(), even[j], q_even), odd[j], q_odd);
-      s[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots), _mm512_mul_ps(scale[j], steps),
-                             _mm512_mul_ps(minimum[j], sums));
+  // Per quad, lane 4L + t: token 4 quad + t's scale and minimum of group L (zeros past D).
+  __m512 scale[4], minimum[4];
+  {
+    const GroupParams<D> params = group_params<D>(b.k_meta, 16);
+    __m512 by_group[4], minimum_by_group[4];
+    for (int i = 0; i < 4; ++i) {
+      by_group[i] = i < D / 32 ? params.scale[i % (D / 32)] : _mm512_setzero_ps();
+      minimum_by_group[i] = i < D / 32 ? params.minimum[i % (D / 32)] : _mm512_setzero_ps();
     }
-    softmax16<D>(sum_lanes16<AddFloats>(s), present, b.m[g], b.l + g * kLanes, b.acc + g * D, b.weight + 16 * g);
+    transpose_lanes(by_group, scale);
+    transpose_lanes(minimum_by_group, minimum);
   }
+  __m512 parts[G][4];
+  for (int quad = 0; quad < 4; ++quad) {
+    prefetch_key_shares<4>(b, quad);
+    __m512i even[4], odd[4];
+    for (int t = 0; t < 4; ++t) {
+      const __m512i packed = _mm512_maskz_loadu_epi8(half, k + (4 * quad + t) * D / 2);
+      even[t] = _mm512_and_si512(packed, nibble);
+      odd[t] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble);
+    }
+    for (int g = 0; g < G; ++g) {
+      const std::int8_t* codes = q8.codes.data() + g * D;
+      const __m512i q_even = _mm512_maskz_loadu_epi8(half, codes);
+      const __m512i q_odd = _mm512_maskz_loadu_epi8(half, codes + D / 2);
+      __m512i d[4];
+      for (int t = 0; t < 4; ++t)
+        d[t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), even[t], q_even),
+                                   odd[t], q_odd);
+      parts[g][quad] = _mm512_fmadd_ps(
+          _mm512_cvtepi32_ps(sum_within_lanes(d)),
+          _mm512_mul_ps(scale[quad], _mm512_loadu_ps(q8.lane_steps.data() + 16 * g)),
+          _mm512_mul_ps(minimum[quad], _mm512_loadu_ps(q8.lane_sums.data() + 16 * g)));
+    }
+  }
+  for (int g = 0; g < G; ++g)
+    softmax16<D>(sum_across_lanes(parts[g]), b.n, b.m[g], b.l + g * kLanes, b.acc + g * D,
+                 b.weight + 16 * g);
 }
 
 // A pass over a block of 16: keys to weights, or weights and values to the accumulators.
@@ -730,40 +782,40 @@ std::size_t meta_bytes(Rows kind, std::uint32_t dim) {
 }  // namespace
 
 QuantizedQuery quantize_query(const float* q, std::uint32_t group, std::uint32_t dim, Rows keys) {
-  const std::uint32_t chunks = dim / kQueryChunk;
   QuantizedQuery out;
   out.codes.resize(std::size_t{group} * dim);
-  std::vector<std::int32_t> sums(std::size_t{group} * dim / 32);  // per group of 32
-  std::vector<float> steps(std::size_t{group} * chunks);
-  for (std::uint32_t c = 0; c < group * chunks; ++c) {
-    const float* x = q + std::size_t{c} * kQueryChunk;
-    float top = 0.0f;
-    for (std::uint32_t i = 0; i < kQueryChunk; ++i) top = std::max(top, std::fabs(x[i]));
-    steps[c] = top / 127.0f;
-    for (std::uint32_t i = 0; i < kQueryChunk; ++i) {
-      const std::size_t at = std::size_t{c} * kQueryChunk + i;
-      const auto code =
-          static_cast<std::int8_t>(steps[c] > 0.0f ? std::nearbyint(x[i] / steps[c]) : 0.0f);
-      // int4 keys: even elements first, then odd ones, per head.
-      const std::size_t head = at / dim, e = at % dim;
-      out.codes[keys == Rows::int4 ? head * dim + (e % 2) * (dim / 2) + e / 2 : at] = code;
-      sums[at / 32] += code;
-    }
-  }
-  if (keys == Rows::int8) {
-    out.steps = steps;
-    for (std::uint32_t c = 0; c < group * chunks; ++c)
-      out.bias.push_back(128 * (sums[2 * c] + sums[2 * c + 1]));
-  } else {
-    out.lane_steps.assign(std::size_t{group} * 16, 0.0f);
-    out.lane_sums.assign(out.lane_steps.size(), 0.0f);
-    for (std::uint32_t h = 0; h < group; ++h)
-      for (std::uint32_t lane = 0; lane < std::min(16u, dim / 8); ++lane) {
-        const std::uint32_t g = h * dim / 32 + lane / 4;  // lane's group of 32
-        const float step = steps[g * 32 / kQueryChunk];
-        out.lane_steps[h * 16 + lane] = step;
-        out.lane_sums[h * 16 + lane] = step * static_cast<float>(sums[g]) / 4.0f;
+  out.lane_steps.assign(std::size_t{group} * 16, 0.0f);
+  if (keys == Rows::int8) out.lane_bias.assign(out.lane_steps.size(), 0);
+  if (keys == Rows::int4) out.lane_sums.assign(out.lane_steps.size(), 0.0f);
+  for (std::uint32_t h = 0; h < group; ++h) {
+    for (std::uint32_t chunk = 0; chunk < dim / kQueryChunk; ++chunk) {
+      const float* x = q + std::size_t{h} * dim + chunk * kQueryChunk;
+      float top = 0.0f;
+      for (std::uint32_t i = 0; i < kQueryChunk; ++i) top = std::max(top, std::fabs(x[i]));
+      const float step = top / 127.0f;
+      for (std::uint32_t i = 0; i < kQueryChunk; ++i) {
+        const auto code =
+            static_cast<std::int8_t>(step > 0.0f ? std::nearbyint(x[i] / step) : 0.0f);
+        const std::uint32_t e = chunk * kQueryChunk + i;
+        // Where the kernel wants the code (see keys16_int8 and keys16_int4), and the part of
+        // its products (128-bit lane L: lanes 4L..4L+3 after the sums within lanes).
+        std::uint32_t at = e, part = e / 32;
+        if (keys == Rows::int8) {
+          if (dim == 128 && e / 32 == 1) at = e + 32;
+          if (dim == 128 && e / 32 == 2) at = e - 32;
+          part = at % 64 / 16;
+        } else {
+          at = e % 2 * (dim / 2) + e / 2;  // even elements, then odd ones
+        }
+        out.codes[std::size_t{h} * dim + at] = code;
+        for (std::uint32_t t = 0; t < 4; ++t) {
+          const std::size_t lane = std::size_t{h} * 16 + 4 * part + t;
+          out.lane_steps[lane] = step;
+          if (keys == Rows::int8) out.lane_bias[lane] += 128 * code;
+          if (keys == Rows::int4) out.lane_sums[lane] += step * static_cast<float>(code);
+        }
       }
+    }
   }
   return out;
 }

@@ -52,17 +52,14 @@ struct RowBlock {
 
 // The query heads of a KV head in int8 for integer dot products with int8 or int4 keys: per
 // (head, chunk of kQueryChunk elements) codes = rne(q / step) with step = max|q| / 127, so each
-// element is off by at most step / 2.
+// element is off by at most step / 2. The kernels sum products in four parts per head (parts
+// of whole chunks; for int4 keys part L is group L), in lanes 4L..4L+3.
 inline constexpr std::uint32_t kQueryChunk = 64;
 struct QuantizedQuery {
-  // [group][dim]; for int4 keys each head's even elements, then its odd ones (the order in
-  // which the kernel unpacks the nibbles).
-  std::vector<std::int8_t> codes;
-  std::vector<float> steps;        // int8 keys: [group][dim / kQueryChunk]
-  std::vector<std::int32_t> bias;  // int8 keys: [group][dim / kQueryChunk], 128 x the code sum
-  // int4 keys, per head and per 32-bit lane of the kernel's dot products (lanes 4i..4i+3 hold
-  // group i): the chunk's step, and the step times the group's code sum / 4 (the minimum term).
-  std::vector<float> lane_steps, lane_sums;  // [group][16]
+  std::vector<std::int8_t> codes;       // [group][dim], in the kernel's order
+  std::vector<float> lane_steps;        // [group][16]: the step of the part's chunk
+  std::vector<std::int32_t> lane_bias;  // int8 keys, [group][16]: 128 x the part's code sum
+  std::vector<float> lane_sums;         // int4 keys, [group][16]: step x the part's code sum
 };
 QuantizedQuery quantize_query(const float* q, std::uint32_t group, std::uint32_t dim, Rows keys);
 
