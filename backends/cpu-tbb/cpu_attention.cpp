@@ -115,7 +115,7 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   }
   first_item.back() = items.size();
 
-  // How K and V reach the kernel: fp16, bf16, int8 and int4 (groups of 32) keys and values are
+  // How K and V reach the kernel: fp16, bf16, fp8, int8 and int4 (groups of 32) keys and values are
   // read in place where the kernel can; everything else is decoded into float32 rows first.
   // Accumulated scores need the exact logits of the float path (the weights must match the
   // reference), so they keep it.
@@ -128,6 +128,8 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
         return Rows::float16;
       case FormatKind::bf16:
         return Rows::bfloat16;
+      case FormatKind::fp8_e4m3:
+        return Rows::fp8;
       case FormatKind::int8_per_token:
         return Rows::int8;
       case FormatKind::int4_group:

@@ -138,11 +138,20 @@ KVCACHE_AVX512 KVCACHE_INLINE float exp2_scalar(float x) {
   return _mm512_cvtss_f32(exp2_avx512(_mm512_set1_ps(x)));
 }
 
-// Elements at..at+15 of float32, fp16 or bf16 rows as floats.
+// Elements at..at+15 of float32, fp16, bf16 or fp8 rows as floats. fp8 E4M3 codes come out
+// 2^-8 times their value (see kFp8Unit).
 template <Rows R>
 KVCACHE_AVX512 KVCACHE_INLINE __m512 load_floats16(const void* rows, std::size_t at) {
   if constexpr (R == Rows::float32) {
     return _mm512_loadu_ps(static_cast<const float*>(rows) + at);
+  } else if constexpr (R == Rows::fp8) {
+    // The sign and the 7 bits of exponent and mantissa moved to where fp16 keeps them (bit 15,
+    // bits 13..7) read as fp16: the same number with an exponent bias of 15 instead of 7,
+    // subnormals included.
+    const __m256i wide = _mm256_cvtepi8_epi16(_mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(static_cast<const std::int8_t*>(rows) + at)));
+    return _mm512_cvtph_ps(_mm256_and_si256(_mm256_slli_epi16(wide, 7),
+                                            _mm256_set1_epi16(static_cast<short>(0xBFFF))));
   } else {
     static_assert(R == Rows::float16 || R == Rows::bfloat16);
     const __m256i codes = _mm256_loadu_si256(
@@ -152,6 +161,8 @@ KVCACHE_AVX512 KVCACHE_INLINE __m512 load_floats16(const void* rows, std::size_t
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(codes), 16));
   }
 }
+// What an fp8 code read by load_floats16 is short of: it multiplies the row's scale.
+inline constexpr float kFp8Unit = 256.0f;
 
 // What a 16-key kernel reads: q (float, or quantized for int8/int4 keys), 16 key rows (zeros past
 // n), up to 16 value rows, the tiles to prefetch, and the softmax state of the G heads.
@@ -222,6 +233,17 @@ template <int G, int D, Rows V>
 KVCACHE_AVX512 void values16(const Block16& b) {
   constexpr int C = D / 16;                   // vectors per row
   constexpr int H = C < 16 / G ? C : 16 / G;  // vectors per pass over the values
+  // fp8 rows' scales multiply their weights.
+  alignas(64) float scaled[V == Rows::fp8 ? G : 1][16];
+  const float* weight = b.weight;
+  if constexpr (V == Rows::fp8) {
+    const __m512 scales =
+        _mm512_mul_ps(_mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << b.n) - 1), b.v_meta),
+                      _mm512_set1_ps(kFp8Unit));
+    for (int g = 0; g < G; ++g)
+      _mm512_store_ps(scaled[g], _mm512_mul_ps(_mm512_load_ps(b.weight + 16 * g), scales));
+    weight = &scaled[0][0];
+  }
   for (int pass = 0; pass < C; pass += H) {
     __m512 a[G][H];
     for (int g = 0; g < G; ++g)
@@ -229,9 +251,10 @@ KVCACHE_AVX512 void values16(const Block16& b) {
     for (std::uint32_t j = 0; j < b.n; ++j) {
       if (pass == 0) prefetch_shares(b, kShares / 2 + j, 1);
       __m512 vj[H];
-      for (int h = 0; h < H; ++h) vj[h] = load_floats16<V>(b.v, std::size_t{j} * D + 16 * (pass + h));
+      for (int h = 0; h < H; ++h)
+        vj[h] = load_floats16<V>(b.v, std::size_t{j} * D + 16 * (pass + h));
       for (int g = 0; g < G; ++g) {
-        const __m512 w = _mm512_set1_ps(b.weight[g * 16 + j]);
+        const __m512 w = _mm512_set1_ps(weight[g * 16 + j]);
         for (int h = 0; h < H; ++h) a[g][h] = _mm512_fmadd_ps(w, vj[h], a[g][h]);
       }
     }
@@ -309,8 +332,7 @@ template <int G, int D>
 KVCACHE_VNNI void values16_int8(const Block16& b) {
   constexpr int C = D / 16;
   constexpr int H = C < 16 / G ? C : 16 / G;  // vectors per pass, even
-  const __m512 scales =
-      _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << b.n) - 1), b.v_meta);
+  const __m512 scales = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << b.n) - 1), b.v_meta);
   alignas(64) std::int16_t codes[G][16];
   float unit[G];
   for (int g = 0; g < G; ++g) {
@@ -387,7 +409,8 @@ struct MetaTranspose {
   constexpr MetaTranspose() : first{}, second{} {
     for (int part = 0; part < 2; ++part)
       for (int c = 0; c < 4; ++c)
-        for (int r = 0; r < 8; ++r) first[part][8 * c + r] = static_cast<std::int16_t>(8 * r + 4 * part + c);
+        for (int r = 0; r < 8; ++r)
+          first[part][8 * c + r] = static_cast<std::int16_t>(8 * r + 4 * part + c);
     for (int pair = 0; pair < 2; ++pair)
       for (int c = 0; c < 2; ++c)
         for (int r = 0; r < 16; ++r)
@@ -413,9 +436,11 @@ KVCACHE_AVX512 KVCACHE_INLINE GroupParams<D> group_params(const void* meta, std:
   if constexpr (D == 128) {
     for (int part = 0; part < 2; ++part) {
       const __m512i top = _mm512_permutex2var_epi16(z[0], _mm512_load_si512(t.first[part]), z[1]);
-      const __m512i bottom = _mm512_permutex2var_epi16(z[2], _mm512_load_si512(t.first[part]), z[3]);
+      const __m512i bottom =
+          _mm512_permutex2var_epi16(z[2], _mm512_load_si512(t.first[part]), z[3]);
       for (int pair = 0; pair < 2; ++pair)
-        pairs[2 * part + pair] = _mm512_permutex2var_epi16(top, _mm512_load_si512(t.second[pair]), bottom);
+        pairs[2 * part + pair] =
+            _mm512_permutex2var_epi16(top, _mm512_load_si512(t.second[pair]), bottom);
     }
   } else {
     static_assert(D == 64);
@@ -455,7 +480,8 @@ KVCACHE_VNNI void values16_int4(const Block16& b) {
     for (int g = 0; g < G; ++g) {
       const __m512 w = _mm512_load_ps(b.weight + 16 * g);
       const __m512 top = broadcast_max(w);
-      const __m512 scaled = _mm512_mul_ps(w, _mm512_mul_ps(reciprocal(top), _mm512_set1_ps(kLargestCode)));
+      const __m512 scaled =
+          _mm512_mul_ps(w, _mm512_mul_ps(reciprocal(top), _mm512_set1_ps(kLargestCode)));
       for (int i = 0; i < Groups; ++i) {
         store_codes(_mm512_mul_ps(scaled, scales[i]), codes[g][i]);
         unit[g][i] = _mm512_cvtss_f32(top) * top_scale[i] / kLargestCode;
@@ -500,10 +526,10 @@ KVCACHE_VNNI void values16_int4(const Block16& b) {
       for (int h = 0; h < H; ++h) {
         const int group = (pass + h) / 2;
         float* out = b.acc + g * D + 16 * (pass + h);
-        _mm512_storeu_ps(
-            out, _mm512_add_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(a[g][h]),
-                                               _mm512_set1_ps(unit[g][group]), _mm512_loadu_ps(out)),
-                               _mm512_set1_ps(minimum_sum[g * Groups + group])));
+        _mm512_storeu_ps(out, _mm512_add_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(a[g][h]),
+                                                            _mm512_set1_ps(unit[g][group]),
+                                                            _mm512_loadu_ps(out)),
+                                            _mm512_set1_ps(minimum_sum[g * Groups + group])));
       }
   }
 }
@@ -539,9 +565,14 @@ KVCACHE_AVX512 void keys16(const Block16& b) {
     _mm512_i32scatter_ps(&logits[0][0], _mm512_add_epi32(place, _mm512_set1_epi32(first)),
                          sum_lanes16<AddFloats>(s), 4);
   }
+  // fp8 rows carry a scale each (16 here: a partial block's are padded).
+  const __m512 row_scales =
+      K == Rows::fp8 ? _mm512_mul_ps(_mm512_loadu_ps(static_cast<const float*>(b.k_meta)),
+                                     _mm512_set1_ps(kFp8Unit))
+                     : _mm512_set1_ps(1.0f);
   for (int g = 0; g < G; ++g)
-    softmax16<D>(_mm512_load_ps(logits[g]), b.n, b.m[g], b.l + g * kLanes, b.acc + g * D,
-                 b.weight + 16 * g);
+    softmax16<D>(_mm512_mul_ps(_mm512_load_ps(logits[g]), row_scales), b.n, b.m[g],
+                 b.l + g * kLanes, b.acc + g * D, b.weight + 16 * g);
 }
 
 // Integer keys meet the quantized query four tokens at a time: each token's vpdpbusd products
@@ -560,10 +591,10 @@ KVCACHE_AVX512 KVCACHE_INLINE __m512i sum_within_lanes(const __m512i d[4]) {
 
 // Lane 4q + t of the result: the sum over L of lane 4L + t of f[q].
 KVCACHE_AVX512 KVCACHE_INLINE __m512 sum_across_lanes(const __m512 f[4]) {
-  const __m512 x = _mm512_add_ps(_mm512_shuffle_f32x4(f[0], f[1], 0x44),
-                                 _mm512_shuffle_f32x4(f[0], f[1], 0xEE));
-  const __m512 y = _mm512_add_ps(_mm512_shuffle_f32x4(f[2], f[3], 0x44),
-                                 _mm512_shuffle_f32x4(f[2], f[3], 0xEE));
+  const __m512 x =
+      _mm512_add_ps(_mm512_shuffle_f32x4(f[0], f[1], 0x44), _mm512_shuffle_f32x4(f[0], f[1], 0xEE));
+  const __m512 y =
+      _mm512_add_ps(_mm512_shuffle_f32x4(f[2], f[3], 0x44), _mm512_shuffle_f32x4(f[2], f[3], 0xEE));
   return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x88), _mm512_shuffle_f32x4(x, y, 0xDD));
 }
 
@@ -617,11 +648,11 @@ KVCACHE_VNNI void keys16_int8(const Block16& b) {
         if constexpr (D == 128)
           d[t] = _mm512_dpbusd_epi32(d[t], y[t], _mm512_loadu_si512(codes + 64));
       }
-      const __m512i dots = _mm512_sub_epi32(sum_within_lanes(d),
-                                            _mm512_loadu_si512(q8.lane_bias.data() + 16 * g));
-      parts[g][quad] = _mm512_mul_ps(
-          _mm512_cvtepi32_ps(dots),
-          _mm512_mul_ps(_mm512_loadu_ps(q8.lane_steps.data() + 16 * g), scales));
+      const __m512i dots =
+          _mm512_sub_epi32(sum_within_lanes(d), _mm512_loadu_si512(q8.lane_bias.data() + 16 * g));
+      parts[g][quad] =
+          _mm512_mul_ps(_mm512_cvtepi32_ps(dots),
+                        _mm512_mul_ps(_mm512_loadu_ps(q8.lane_steps.data() + 16 * g), scales));
     }
   }
   for (int g = 0; g < G; ++g)
@@ -692,6 +723,8 @@ Pass16 key_pass(Rows keys) {
       return &keys16<G, D, Rows::float16>;
     case Rows::bfloat16:
       return &keys16<G, D, Rows::bfloat16>;
+    case Rows::fp8:
+      return &keys16<G, D, Rows::fp8>;
     case Rows::int8:
       return &keys16_int8<G, D>;
     case Rows::int4:
@@ -709,6 +742,8 @@ Pass16 value_pass(Rows values) {
       return &values16<G, D, Rows::float16>;
     case Rows::bfloat16:
       return &values16<G, D, Rows::bfloat16>;
+    case Rows::fp8:
+      return &values16<G, D, Rows::fp8>;
     case Rows::int8:
       return &values16_int8<G, D>;
     case Rows::int4:
@@ -744,8 +779,8 @@ struct Kernel {
 Kernel specialized(std::uint32_t group, std::uint32_t dim, Rows keys, Rows values) {
   const auto integer = [](Rows kind) { return kind == Rows::int8 || kind == Rows::int4; };
   if (!avx512() || ((integer(keys) || integer(values)) && !vnni())) return {};
-#define KVCACHE_CASE(G, D)                                                    \
-  do {                                                                        \
+#define KVCACHE_CASE(G, D)                                                               \
+  do {                                                                                   \
     if (group == G && dim == D) return {key_pass<G, D>(keys), value_pass<G, D>(values)}; \
   } while (false)
   KVCACHE_CASE(1, 64);
@@ -768,6 +803,7 @@ std::size_t row_bytes(Rows kind, std::uint32_t dim) {
     case Rows::float16:
     case Rows::bfloat16:
       return dim * 2;
+    case Rows::fp8:
     case Rows::int8:
       return dim;
     case Rows::int4:
@@ -776,7 +812,7 @@ std::size_t row_bytes(Rows kind, std::uint32_t dim) {
   return 0;
 }
 std::size_t meta_bytes(Rows kind, std::uint32_t dim) {
-  return kind == Rows::int8 ? 4 : kind == Rows::int4 ? dim / 32 * 4 : 0;
+  return kind == Rows::int8 || kind == Rows::fp8 ? 4 : kind == Rows::int4 ? dim / 32 * 4 : 0;
 }
 
 }  // namespace

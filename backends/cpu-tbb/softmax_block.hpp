@@ -38,9 +38,9 @@ void block_logits(const float* q, std::uint32_t group, std::uint32_t dim, const 
                   std::uint32_t n, float* logits);
 
 // How key or value rows reach attend_block: float32 rows, or stored rows read in place (fp16 or
-// bf16 codes; int8 codes with one float scale per row; int4 codes of groups of 32, two per byte,
-// with an fp16 scale and minimum per group).
-enum class Rows { float32, float16, bfloat16, int8, int4 };
+// bf16 codes; int8 or fp8 E4M3 codes with one float scale per row; int4 codes of groups of 32,
+// two per byte, with an fp16 scale and minimum per group).
+enum class Rows { float32, float16, bfloat16, fp8, int8, int4 };
 struct RowBlock {
   Rows kind = Rows::float32;
   const void* rows = nullptr;  // [n][dim]
