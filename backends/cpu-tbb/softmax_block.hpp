@@ -63,11 +63,11 @@ struct QuantizedQuery {
 };
 QuantizedQuery quantize_query(const float* q, std::uint32_t group, std::uint32_t dim, Rows keys);
 
-// Whether attend_block reads values of this kind in place for this shape.
+// Whether attend_block reads values, or keys, of this kind in place for this shape (head
+// dimension 64 or 128, 1, 2, 4 or 8 query heads per KV head): float kinds (fp16, bf16, fp8) where
+// the CPU has AVX-512; int8 and int4 by integer dot products (keys with the quantized query,
+// values with weights rounded to int16), where it also has VNNI and KVCACHE_CPU_NO_VNNI is unset.
 bool takes_values(Rows kind, std::uint32_t group, std::uint32_t dim);
-// Whether attend_block reads keys of this kind in place for this shape: fp16 and bf16 where the
-// CPU has AVX-512; int8 and int4 by integer dot products with the quantized query, where it also
-// has VNNI and KVCACHE_CPU_NO_VNNI is unset.
 bool takes_keys(Rows kind, std::uint32_t group, std::uint32_t dim);
 
 // Adds n keys and values to the state. q: [group][dim] floats, and q8 the same quantized (int8

@@ -1,0 +1,304 @@
+// What the AVX-512 attention kernels share: a block of 16 keys with their values (Block16),
+// the two passes over it, and the vector arithmetic both use: exp2, lane sums, row loads,
+// prefetches spread through the compute, the softmax update, and int4 group parameters.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "../softmax_block.hpp"
+
+#define KVCACHE_AVX512 __attribute__((target("avx512f,avx512dq,avx512bw")))
+// Integer dot products (vpdpbusd, vpdpwssd) on top of the above.
+#define KVCACHE_VNNI __attribute__((target("avx512f,avx512dq,avx512bw,avx512vnni")))
+#define KVCACHE_INLINE inline __attribute__((always_inline))
+// GCC 12's AVX-512 headers warn about their own placeholders (GCC bug 105593): code using them
+// sits between these.
+#define KVCACHE_KERNELS_BEGIN                                                          \
+  _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wuninitialized\"") \
+      _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
+#define KVCACHE_KERNELS_END _Pragma("GCC diagnostic pop")
+
+namespace kvcache::cpu::avx512 {
+
+KVCACHE_KERNELS_BEGIN
+
+inline constexpr std::uint32_t kMaxDim = 128, kMaxGroup = 8;  // of the specialized shapes
+
+// 2^x: x = n + f with f in [-1/2, 1/2], 2^f by a degree-6 polynomial (relative error < 2e-7),
+// then scaled by 2^n with vscalefps.
+KVCACHE_AVX512 KVCACHE_INLINE __m512 exp2_avx512(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-126.0f));
+  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(x, n);
+  __m512 p = _mm512_set1_ps(1.5403530393381606e-4f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076284772e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108664821580e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650695910071e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718055994531e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// Lane sums for sum_lanes16: float32, or int32 carried in float registers.
+struct AddFloats {
+  KVCACHE_AVX512 KVCACHE_INLINE __m512 operator()(__m512 a, __m512 b) const {
+    return _mm512_add_ps(a, b);
+  }
+};
+struct AddInts {
+  KVCACHE_AVX512 KVCACHE_INLINE __m512 operator()(__m512 a, __m512 b) const {
+    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+  }
+};
+
+// Sums each of 16 vectors across its lanes: out lane i holds the sum of s[kSumOrder[i]].
+// A shuffle network (about 3 instructions per vector) instead of 16 horizontal reductions.
+template <class Add>
+KVCACHE_AVX512 KVCACHE_INLINE __m512 sum_lanes16(__m512 s[16]) {
+  const Add add;
+  __m512 a[8], b[4], c[2];
+  for (int i = 0; i < 8; ++i)
+    a[i] = add(_mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], 0x44),
+               _mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], 0xEE));
+  for (int i = 0; i < 4; ++i)
+    b[i] = add(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x88),
+               _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xDD));
+  for (int i = 0; i < 2; ++i)
+    c[i] =
+        add(_mm512_unpacklo_ps(b[2 * i], b[2 * i + 1]), _mm512_unpackhi_ps(b[2 * i], b[2 * i + 1]));
+  return add(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(c[0]), _mm512_castps_pd(c[1]))),
+             _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(c[0]), _mm512_castps_pd(c[1]))));
+}
+
+// Which input each output lane of sum_lanes16 holds, and the inverse, found by running the
+// network once.
+struct SumOrder {
+  alignas(64) std::int32_t slot_of_lane[16];
+  alignas(64) std::int32_t lane_of_slot[16];
+  KVCACHE_AVX512 SumOrder() {
+    __m512 s[16];
+    for (int j = 0; j < 16; ++j) s[j] = _mm512_set1_ps(static_cast<float>(j));
+    alignas(64) float out[16];
+    _mm512_store_ps(out, sum_lanes16<AddFloats>(s));
+    for (int i = 0; i < 16; ++i) {
+      slot_of_lane[i] = static_cast<std::int32_t>(out[i] / 16.0f);
+      lane_of_slot[slot_of_lane[i]] = i;
+    }
+  }
+};
+inline const SumOrder& sum_order() {
+  static const SumOrder order;
+  return order;
+}
+
+KVCACHE_AVX512 KVCACHE_INLINE float exp2_scalar(float x) {
+  return _mm512_cvtss_f32(exp2_avx512(_mm512_set1_ps(x)));
+}
+
+// Elements at..at+15 of float32, fp16, bf16 or fp8 rows as floats. fp8 E4M3 codes come out
+// 2^-8 times their value (see kFp8Unit).
+template <Rows R>
+KVCACHE_AVX512 KVCACHE_INLINE __m512 load_floats16(const void* rows, std::size_t at) {
+  if constexpr (R == Rows::float32) {
+    return _mm512_loadu_ps(static_cast<const float*>(rows) + at);
+  } else if constexpr (R == Rows::fp8) {
+    // The sign and the 7 bits of exponent and mantissa moved to where fp16 keeps them (bit 15,
+    // bits 13..7) read as fp16: the same number with an exponent bias of 15 instead of 7,
+    // subnormals included.
+    const __m256i wide = _mm256_cvtepi8_epi16(_mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(static_cast<const std::int8_t*>(rows) + at)));
+    return _mm512_cvtph_ps(_mm256_and_si256(_mm256_slli_epi16(wide, 7),
+                                            _mm256_set1_epi16(static_cast<short>(0xBFFF))));
+  } else {
+    static_assert(R == Rows::float16 || R == Rows::bfloat16);
+    const __m256i codes = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(rows) + at));
+    if constexpr (R == Rows::float16) return _mm512_cvtph_ps(codes);
+    // bf16 is the top half of a float32.
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(codes), 16));
+  }
+}
+// What an fp8 code read by load_floats16 is short of: it multiplies the row's scale.
+inline constexpr float kFp8Unit = 256.0f;
+
+// What a 16-key kernel reads: q (float, or quantized for int8/int4 keys), 16 key rows (zeros past
+// n), up to 16 value rows, the tiles to prefetch, and the softmax state of the G heads.
+struct Block16 {
+  const float* q;
+  const QuantizedQuery* q8;
+  const void* k;
+  const void* k_meta;  // int8 and int4 keys: 16 rows
+  const void* v;
+  const void* v_meta;  // int8 values: n rows
+  std::uint32_t n;
+  struct Ahead {
+    const std::byte* from;
+    std::uint32_t lines;
+  } ahead[2];  // lines of the next K and V tiles asked for here
+  float* m;
+  float* l;
+  float* acc;
+  float* weight;  // [G][16], aligned: the key pass's weights in slot order, for the value pass
+};
+
+// Asks for shares [first, first + count) (of 32) of the prefetch lines, so they spread through
+// the compute instead of leaving in one burst that overflows the L1 miss buffers: the key pass
+// asks for shares 0..15, the value pass for 16..31 (one per row). Into L2 (hint 2), which leaves
+// the L1 miss buffers to the loads (int8 about 1.2x faster here than with hint 3).
+inline constexpr std::uint32_t kShares = 32;
+KVCACHE_INLINE void prefetch_shares(const Block16& b, std::uint32_t first, std::uint32_t count) {
+  for (const Block16::Ahead& a : b.ahead) {
+    const std::uint32_t per_share = (a.lines + kShares - 1) / kShares;
+    for (std::uint32_t i = first * per_share; i < std::min(a.lines, (first + count) * per_share);
+         ++i)
+      __builtin_prefetch(a.from + std::size_t{i} * 64, 0, 2);
+  }
+}
+// The key pass's shares for head (or pass) g of G.
+template <int G>
+KVCACHE_INLINE void prefetch_key_shares(const Block16& b, int g) {
+  prefetch_shares(b, static_cast<std::uint32_t>(g) * kShares / 2 / G, kShares / 2 / G);
+}
+
+// One head's base-2 softmax update for the logits of 16 slots, the first n present (the others
+// get -inf): only a logit above m + kRescaleSlack raises m (and rescales what was accumulated);
+// the weights are added to the head's lanes of l and go to `weight`.
+template <int D>
+KVCACHE_AVX512 KVCACHE_INLINE void softmax16(__m512 logits, std::uint32_t n, float& m, float* l,
+                                             float* acc, float* weight) {
+  const auto present = static_cast<__mmask16>((1u << n) - 1);
+  logits = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), present, logits);
+  if (_mm512_cmp_ps_mask(logits, _mm512_set1_ps(m + kRescaleSlack), _CMP_GT_OQ) != 0) {
+    const float block_top = _mm512_reduce_max_ps(logits);
+    if (m != -INFINITY) {
+      const __m512 correction = _mm512_set1_ps(exp2_scalar(m - block_top));
+      _mm512_storeu_ps(l, _mm512_mul_ps(_mm512_loadu_ps(l), correction));
+      for (int c = 0; c < D / 16; ++c)
+        _mm512_storeu_ps(acc + 16 * c, _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * c), correction));
+    }
+    m = block_top;
+  }
+  const __m512 p =
+      _mm512_maskz_mov_ps(present, exp2_avx512(_mm512_sub_ps(logits, _mm512_set1_ps(m))));
+  _mm512_storeu_ps(l, _mm512_add_ps(_mm512_loadu_ps(l), p));
+  _mm512_store_ps(weight, p);
+}
+
+// The largest of x's lanes, in every lane.
+KVCACHE_AVX512 KVCACHE_INLINE __m512 broadcast_max(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_shuffle_f32x4(x, x, 0x4E));
+  x = _mm512_max_ps(x, _mm512_shuffle_f32x4(x, x, 0xB1));
+  x = _mm512_max_ps(x, _mm512_permute_ps(x, 0x4E));
+  return _mm512_max_ps(x, _mm512_permute_ps(x, 0xB1));
+}
+
+// 1 / x in every lane, 0 where x is 0: the 14-bit estimate refined by a Newton step.
+KVCACHE_AVX512 KVCACHE_INLINE __m512 reciprocal(__m512 x) {
+  const __m512 r = _mm512_rcp14_ps(x);
+  return _mm512_maskz_mul_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ), r,
+                             _mm512_fnmadd_ps(x, r, _mm512_set1_ps(2.0f)));
+}
+
+// int4 rows carry an fp16 (scale, minimum) per group of 32: 16 rows' of them as float vectors
+// over the rows (zeros past n), by two rounds of word permutes.
+template <int D>
+struct GroupParams {
+  static constexpr int Groups = D / 32;
+  __m512 scale[Groups], minimum[Groups];
+};
+template <int D>
+struct MetaTranspose {
+  // Round 1 (D = 128 only): rows r < 8 of the 8 halves per row in registers z0, z1 -> columns
+  // 4c..4c+3 as 8 rows each. Round 2: two registers of (D = 128) 8 rows x 4 columns or (D = 64)
+  // 16 rows x 4 columns -> a column pair (2i, 2i + 1) over the 16 rows.
+  alignas(64) std::int16_t first[2][32], second[2][32];
+  constexpr MetaTranspose() : first{}, second{} {
+    for (int part = 0; part < 2; ++part)
+      for (int c = 0; c < 4; ++c)
+        for (int r = 0; r < 8; ++r)
+          first[part][8 * c + r] = static_cast<std::int16_t>(8 * r + 4 * part + c);
+    for (int pair = 0; pair < 2; ++pair)
+      for (int c = 0; c < 2; ++c)
+        for (int r = 0; r < 16; ++r)
+          second[pair][16 * c + r] = static_cast<std::int16_t>(
+              D == 128 ? (r < 8 ? 0 : 32) + 8 * (2 * pair + c) + r % 8 : 4 * r + 2 * pair + c);
+  }
+};
+template <int D>
+inline constexpr MetaTranspose<D> kMetaTranspose;
+
+template <int D>
+KVCACHE_AVX512 KVCACHE_INLINE GroupParams<D> group_params(const void* meta, std::uint32_t n) {
+  constexpr int Halves = D / 32 * 2;  // per row
+  const auto* words = static_cast<const std::int16_t*>(meta);
+  __m512i z[D / 32];  // words 32i..32i+31, zeros past the n rows
+  for (int i = 0; i < D / 32; ++i) {
+    const int valid = std::clamp(static_cast<int>(n) * Halves - 32 * i, 0, 32);
+    z[i] = _mm512_maskz_loadu_epi16(static_cast<__mmask32>((std::uint64_t{1} << valid) - 1),
+                                    words + 32 * i);
+  }
+  const auto& t = kMetaTranspose<D>;
+  __m512i pairs[D / 32];
+  if constexpr (D == 128) {
+    for (int part = 0; part < 2; ++part) {
+      const __m512i top = _mm512_permutex2var_epi16(z[0], _mm512_load_si512(t.first[part]), z[1]);
+      const __m512i bottom =
+          _mm512_permutex2var_epi16(z[2], _mm512_load_si512(t.first[part]), z[3]);
+      for (int pair = 0; pair < 2; ++pair)
+        pairs[2 * part + pair] =
+            _mm512_permutex2var_epi16(top, _mm512_load_si512(t.second[pair]), bottom);
+    }
+  } else {
+    static_assert(D == 64);
+    for (int pair = 0; pair < 2; ++pair)
+      pairs[pair] = _mm512_permutex2var_epi16(z[0], _mm512_load_si512(t.second[pair]), z[1]);
+  }
+  GroupParams<D> out;
+  for (int i = 0; i < D / 32; ++i) {
+    out.scale[i] = _mm512_cvtph_ps(_mm512_castsi512_si256(pairs[i]));
+    out.minimum[i] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(pairs[i], 1));
+  }
+  return out;
+}
+
+// A pass over a block of 16: keys to weights, or weights and values to the accumulators.
+using Pass16 = void (*)(const Block16&);
+
+// The pass for G query heads per KV head and head dimension D (G of 1, 2, 4 or 8; D of 64 or
+// 128), or null; defined in key_passes.cpp and value_passes.cpp.
+Pass16 key_pass(std::uint32_t group, std::uint32_t dim, Rows keys);
+Pass16 value_pass(std::uint32_t group, std::uint32_t dim, Rows values);
+
+// pick.template operator()<G, D>() for a specialized shape, or null.
+template <class Pick>
+Pass16 for_shape(std::uint32_t group, std::uint32_t dim, Pick pick) {
+  const auto with_dim = [&]<int D>() -> Pass16 {
+    switch (group) {
+      case 1:
+        return pick.template operator()<1, D>();
+      case 2:
+        return pick.template operator()<2, D>();
+      case 4:
+        return pick.template operator()<4, D>();
+      case 8:
+        return pick.template operator()<8, D>();
+      default:
+        return nullptr;
+    }
+  };
+  if (dim == 64) return with_dim.template operator()<64>();
+  if (dim == 128) return with_dim.template operator()<128>();
+  return nullptr;
+}
+
+KVCACHE_KERNELS_END
+
+}  // namespace kvcache::cpu::avx512
