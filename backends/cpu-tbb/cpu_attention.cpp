@@ -143,6 +143,7 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
                             : Rows::float32;
   const Rows stored_values =
       takes_values(stored_kind(vc), group, dim) ? stored_kind(vc) : Rows::float32;
+  const BlockAttention attend(group, dim, key_rows, stored_values);
   std::vector<QuantizedQuery> q8;  // per (query, KV head), for int8 and int4 keys
   if (key_rows == Rows::int8 || key_rows == Rows::int4)
     for (std::uint64_t pair = 0; pair < queries * kv_heads; ++pair)
@@ -200,23 +201,23 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   };
 
   std::vector<SoftmaxState> partial(items.size(), SoftmaxState(group, dim));
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, items.size()),
-                    [&](const tbb::blocked_range<std::size_t>& range) {
-                      std::vector<float> k(std::size_t{page} * dim), v(k.size()),
-                          logits(std::size_t{group} * page);
-                      for (std::size_t it = range.begin(); it != range.end(); ++it) {
-                        const Item& item = items[it];
-                        const std::size_t pair = item.query * kv_heads + item.kv_head;
-                        const float* qg = q.data() + pair * group * dim;
-                        const QuantizedQuery* qq = q8.empty() ? nullptr : &q8[pair];
-                        for_each_block(
-                            item, k.data(), v.data(), key_rows, stored_values, true,
-                            [&](RowBlock keys, RowBlock values, std::uint64_t, std::uint32_t n) {
-                              attend_block(qg, qq, group, dim, keys, values, n, partial[it],
-                                           logits.data());
-                            });
-                      }
-                    });
+  tbb::parallel_for(
+      tbb::blocked_range<std::size_t>(0, items.size()),
+      [&](const tbb::blocked_range<std::size_t>& range) {
+        std::vector<float> k(std::size_t{page} * dim), v(k.size()),
+            logits(std::size_t{group} * page);
+        for (std::size_t it = range.begin(); it != range.end(); ++it) {
+          const Item& item = items[it];
+          const std::size_t pair = item.query * kv_heads + item.kv_head;
+          const float* qg = q.data() + pair * group * dim;
+          const QuantizedQuery* qq = q8.empty() ? nullptr : &q8[pair];
+          for_each_block(
+              item, k.data(), v.data(), key_rows, stored_values, true,
+              [&](const RowBlock& keys, const RowBlock& values, std::uint64_t, std::uint32_t n) {
+                attend(qg, qq, keys, values, n, partial[it], logits.data());
+              });
+        }
+      });
 
   // Merge the splits of each (query, KV head), normalize, write.
   std::vector<SoftmaxState> merged;
@@ -252,20 +253,20 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
           const SoftmaxState& final_state = merged[pair];
           const float* qg =
               q.data() + (item.query * heads + std::size_t{item.kv_head} * group) * dim;
-          for_each_block(item, k.data(), v.data(), Rows::float32, Rows::float32, false,
-                         [&](RowBlock, RowBlock, std::uint64_t first, std::uint32_t n) {
-                           block_logits(qg, group, dim, k.data(), n, logits.data());
-                           float* scores = views[query_sequence[item.query]].scores;
-                           for (std::uint32_t j = 0; j < n; ++j) {
-                             float weight = 0.0f;
-                             for (std::uint32_t g = 0; g < group; ++g)
-                               weight +=
-                                   std::exp2(logits[std::size_t{g} * n + j] - final_state.m[g]) /
-                                   weight_sums[pair * group + g];
-                             std::atomic_ref<float>(scores[first + j])
-                                 .fetch_add(weight, std::memory_order_relaxed);
-                           }
-                         });
+          for_each_block(
+              item, k.data(), v.data(), Rows::float32, Rows::float32, false,
+              [&](const RowBlock&, const RowBlock&, std::uint64_t first, std::uint32_t n) {
+                block_logits(qg, group, dim, k.data(), n, logits.data());
+                float* scores = views[query_sequence[item.query]].scores;
+                for (std::uint32_t j = 0; j < n; ++j) {
+                  float weight = 0.0f;
+                  for (std::uint32_t g = 0; g < group; ++g)
+                    weight += std::exp2(logits[std::size_t{g} * n + j] - final_state.m[g]) /
+                              weight_sums[pair * group + g];
+                  std::atomic_ref<float>(scores[first + j])
+                      .fetch_add(weight, std::memory_order_relaxed);
+                }
+              });
         }
       });
 }

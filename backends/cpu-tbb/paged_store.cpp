@@ -64,13 +64,6 @@ PagedStore::PagedStore(const StoreSpec& spec)
 
 PagedStore::~PagedStore() = default;
 
-std::byte* PagedStore::tile(PageId page, std::uint32_t layer, std::uint32_t head,
-                            bool value) const {
-  const SlotCodec& codec = value ? v_codec_ : k_codec_;
-  return memory_.get() + layer * layer_stride_ + (value ? k_pool_bytes_ : 0) +
-         (std::size_t{page} * spec().model.kv_heads + head) * codec.layout().tile_bytes;
-}
-
 void PagedStore::poison(PageId page, std::uint32_t from_slot) {
   for (std::uint32_t layer = 0; layer < spec().model.layers; ++layer) {
     for (std::uint32_t h = 0; h < spec().model.kv_heads; ++h) {

@@ -56,7 +56,10 @@ class PagedStore final : public paging::PagedStoreBase {
 
   Sequence& find(SeqId id) { return book_.find(id); }
   const Sequence& find(SeqId id) const { return book_.find(id); }
-  std::byte* tile(PageId page, std::uint32_t layer, std::uint32_t head, bool value) const;
+  std::byte* tile(PageId page, std::uint32_t layer, std::uint32_t head, bool value) const {
+    return memory_.get() + layer * layer_stride_ + (value ? k_pool_bytes_ : 0) +
+           (std::size_t{page} * spec().model.kv_heads + head) * codec(value).layout().tile_bytes;
+  }
   // PageMemory: what the book asks of the pools.
   void poison(PageId page, std::uint32_t from_slot) override;
   void copy_page(PageId from, PageId to) override;

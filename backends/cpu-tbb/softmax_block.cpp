@@ -180,67 +180,86 @@ bool takes_keys(Rows kind, std::uint32_t group, std::uint32_t dim) {
   return specialized(group, dim, kind, Rows::float32).keys != nullptr;
 }
 
-void attend_block(const float* q, const QuantizedQuery* q8, std::uint32_t group, std::uint32_t dim,
-                  RowBlock k, RowBlock v, std::uint32_t n, SoftmaxState& state, float* logits) {
-  if (const Kernel fast = specialized(group, dim, k.kind, v.kind); fast.keys != nullptr) {
-    const auto* keys = static_cast<const std::byte*>(k.rows);
-    const auto* values = static_cast<const std::byte*>(v.rows);
-    const std::size_t key_bytes = row_bytes(k.kind, dim), value_bytes = row_bytes(v.kind, dim);
-    const std::uint32_t blocks = (n + 15) / 16;
-    const auto lines = [&](const RowBlock& r) {
-      return static_cast<std::uint32_t>(r.ahead == nullptr ? 0 : r.ahead_bytes / 64);
-    };
-    // The kernel reads 16 key rows: a partial block's are copied and padded with zeros (finite;
-    // their weight is 0).
-    alignas(64) std::byte pad[16 * kMaxDim * 4], pad_meta[16 * kMaxDim / 32 * 4],
-        pad_values[16 * kMaxDim];
-    alignas(64) float weight[kMaxGroup * 16];
-    const std::size_t key_meta = meta_bytes(k.kind, dim);
-    for (std::uint32_t b = 0; b < blocks; ++b) {
-      const std::uint32_t j = 16 * b, rows = std::min(16u, n - j);
-      Block16 block{q,
-                    q8,
-                    keys + j * key_bytes,
-                    static_cast<const std::byte*>(k.meta) + j * key_meta,
-                    values + j * value_bytes,
-                    static_cast<const std::byte*>(v.meta) + j * meta_bytes(v.kind, dim),
-                    rows,
-                    {},
-                    state.m.data(),
-                    state.l.data(),
-                    state.acc.data(),
-                    weight};
-      // Each block asks for its share of the next tiles.
-      const RowBlock* sides[2] = {&k, &v};
-      for (int i = 0; i < 2; ++i) {
-        const std::uint32_t all = lines(*sides[i]), first = all * b / blocks;
-        block.ahead[i] = {sides[i]->ahead + std::size_t{first} * 64,
-                          all * (b + 1) / blocks - first};
-      }
-      if (rows < 16) {
-        std::memcpy(pad, block.k, rows * key_bytes);
-        std::memset(pad + rows * key_bytes, 0, (16 - rows) * key_bytes);
-        block.k = pad;
-        if (key_meta > 0) {
-          std::memcpy(pad_meta, block.k_meta, rows * key_meta);
-          std::memset(pad_meta + rows * key_meta, 0, (16 - rows) * key_meta);
-          block.k_meta = pad_meta;
-        }
-      }
-      // The integer value passes read rows in pairs: an odd block's rows are copied and followed
-      // by a row of zeros.
-      if (rows % 2 == 1 && (v.kind == Rows::int8 || v.kind == Rows::int4)) {
-        std::memcpy(pad_values, block.v, rows * value_bytes);
-        std::memset(pad_values + rows * value_bytes, 0, value_bytes);
-        block.v = pad_values;
-      }
-      fast.keys(block);
-      fast.values(block);
-    }
+BlockAttention::BlockAttention(std::uint32_t group, std::uint32_t dim, Rows keys, Rows values)
+    : group_(group), dim_(dim), values_(values) {
+  const Kernel kernel = specialized(group, dim, keys, values);
+  key_pass_ = kernel.keys;
+  value_pass_ = kernel.values;
+  key_bytes_ = row_bytes(keys, dim);
+  key_meta_ = meta_bytes(keys, dim);
+  value_bytes_ = row_bytes(values, dim);
+  value_meta_ = meta_bytes(values, dim);
+  if (key_pass_ == nullptr && (keys != Rows::float32 || values != Rows::float32))
+    throw Error(Code::internal,
+                "BlockAttention: stored rows read in place need the AVX-512 kernels");
+}
+
+void BlockAttention::operator()(const float* q, const QuantizedQuery* q8, const RowBlock& k,
+                                const RowBlock& v, std::uint32_t n, SoftmaxState& state,
+                                float* logits) const {
+  if (key_pass_ == nullptr) {
+    portable(q, k, v, n, state, logits);
     return;
   }
-  if (k.kind != Rows::float32 || v.kind != Rows::float32)
-    throw Error(Code::internal, "attend_block: stored rows read in place need the AVX-512 kernel");
+  const auto* keys = static_cast<const std::byte*>(k.rows);
+  const auto* values = static_cast<const std::byte*>(v.rows);
+  const std::uint32_t blocks = (n + 15) / 16;
+  const auto lines = [](const RowBlock& r) {
+    return static_cast<std::uint32_t>(r.ahead == nullptr ? 0 : r.ahead_bytes / 64);
+  };
+  const std::uint32_t ahead_lines[2] = {lines(k), lines(v)};
+  // The kernels read 16 key rows: a partial block's are copied and padded with zeros (finite;
+  // their weight is 0).
+  alignas(64) std::byte pad[16 * kMaxDim * 4], pad_meta[16 * kMaxDim / 32 * 4],
+      pad_values[16 * kMaxDim];
+  alignas(64) float weight[kMaxGroup * 16];
+  for (std::uint32_t b = 0; b < blocks; ++b) {
+    const std::uint32_t j = 16 * b, rows = std::min(16u, n - j);
+    avx512::Block16 block{q,
+                          q8,
+                          keys + j * key_bytes_,
+                          static_cast<const std::byte*>(k.meta) + j * key_meta_,
+                          values + j * value_bytes_,
+                          static_cast<const std::byte*>(v.meta) + j * value_meta_,
+                          rows,
+                          {},
+                          state.m.data(),
+                          state.l.data(),
+                          state.acc.data(),
+                          weight};
+    // Each block asks for its share of the next tiles.
+    const RowBlock* sides[2] = {&k, &v};
+    for (int i = 0; i < 2; ++i) {
+      const std::uint32_t all = ahead_lines[i];
+      const std::uint32_t first = blocks == 1 ? 0 : all * b / blocks;
+      const std::uint32_t end = blocks == 1 ? all : all * (b + 1) / blocks;
+      block.ahead[i] = {sides[i]->ahead + std::size_t{first} * 64, end - first};
+    }
+    if (rows < 16) {
+      std::memcpy(pad, block.k, rows * key_bytes_);
+      std::memset(pad + rows * key_bytes_, 0, (16 - rows) * key_bytes_);
+      block.k = pad;
+      if (key_meta_ > 0) {
+        std::memcpy(pad_meta, block.k_meta, rows * key_meta_);
+        std::memset(pad_meta + rows * key_meta_, 0, (16 - rows) * key_meta_);
+        block.k_meta = pad_meta;
+      }
+    }
+    // The integer value passes read rows in pairs: an odd block's rows are copied and followed
+    // by a row of zeros.
+    if (rows % 2 == 1 && (values_ == Rows::int8 || values_ == Rows::int4)) {
+      std::memcpy(pad_values, block.v, rows * value_bytes_);
+      std::memset(pad_values + rows * value_bytes_, 0, value_bytes_);
+      block.v = pad_values;
+    }
+    key_pass_(block);
+    value_pass_(block);
+  }
+}
+
+void BlockAttention::portable(const float* q, const RowBlock& k, const RowBlock& v, std::uint32_t n,
+                              SoftmaxState& state, float* logits) const {
+  const std::uint32_t group = group_, dim = dim_;
   const auto* kf = static_cast<const float*>(k.rows);
   const auto* vf = static_cast<const float*>(v.rows);
   block_logits(q, group, dim, kf, n, logits);

@@ -37,7 +37,7 @@ struct SoftmaxState {
 void block_logits(const float* q, std::uint32_t group, std::uint32_t dim, const float* k,
                   std::uint32_t n, float* logits);
 
-// How key or value rows reach attend_block: float32 rows, or stored rows read in place (fp16 or
+// How key or value rows reach BlockAttention: float32 rows, or stored rows read in place (fp16 or
 // bf16 codes; int8 or fp8 E4M3 codes with one float scale per row; int4 codes of groups of 32,
 // two per byte, with an fp16 scale and minimum per group).
 enum class Rows { float32, float16, bfloat16, fp8, int8, int4 };
@@ -63,17 +63,37 @@ struct QuantizedQuery {
 };
 QuantizedQuery quantize_query(const float* q, std::uint32_t group, std::uint32_t dim, Rows keys);
 
-// Whether attend_block reads values, or keys, of this kind in place for this shape (head
+// Whether BlockAttention reads values, or keys, of this kind in place for this shape (head
 // dimension 64 or 128, 1, 2, 4 or 8 query heads per KV head): float kinds (fp16, bf16, fp8) where
 // the CPU has AVX-512; int8 and int4 by integer dot products (keys with the quantized query,
 // values with weights rounded to int16), where it also has VNNI and KVCACHE_CPU_NO_VNNI is unset.
 bool takes_values(Rows kind, std::uint32_t group, std::uint32_t dim);
 bool takes_keys(Rows kind, std::uint32_t group, std::uint32_t dim);
 
-// Adds n keys and values to the state. q: [group][dim] floats, and q8 the same quantized (int8
-// and int4 keys). `logits` has room for group * n floats.
-void attend_block(const float* q, const QuantizedQuery* q8, std::uint32_t group, std::uint32_t dim,
-                  RowBlock k, RowBlock v, std::uint32_t n, SoftmaxState& state, float* logits);
+namespace avx512 {
+struct Block16;
+}
+
+// Adds blocks of keys and values of one shape and pair of row kinds to softmax states: the
+// kernels are chosen once, at construction.
+class BlockAttention {
+ public:
+  BlockAttention(std::uint32_t group, std::uint32_t dim, Rows keys, Rows values);
+  // Adds n keys and values to the state. q: [group][dim] floats, and q8 the same quantized
+  // (int8 and int4 keys). `logits` has room for group * n floats.
+  void operator()(const float* q, const QuantizedQuery* q8, const RowBlock& k, const RowBlock& v,
+                  std::uint32_t n, SoftmaxState& state, float* logits) const;
+
+ private:
+  using Pass = void (*)(const avx512::Block16&);
+  void portable(const float* q, const RowBlock& k, const RowBlock& v, std::uint32_t n,
+                SoftmaxState& state, float* logits) const;
+
+  std::uint32_t group_, dim_;
+  Rows values_;
+  Pass key_pass_ = nullptr, value_pass_ = nullptr;  // null: the portable path
+  std::size_t key_bytes_ = 0, key_meta_ = 0, value_bytes_ = 0, value_meta_ = 0;  // per row
+};
 
 // 2^x for n floats in place (vectorized where the CPU allows).
 void exp2_in_place(float* x, std::uint32_t n);
