@@ -39,13 +39,13 @@ std::byte* allocate_pool(std::size_t bytes) {
 PagedStore::PagedStore(const StoreSpec& spec)
     : PagedStoreBase(spec),
       page_size_(spec.page_size),
+      pages_(book_.total_pages()),
       k_codec_(parse_format(spec.k_format, spec.k_options), spec.model.head_dim, spec.page_size),
       v_codec_(parse_format(spec.v_format, spec.v_options), spec.model.head_dim, spec.page_size),
       memory_(nullptr, &std::free) {
-  const std::uint32_t pages = book_.total_pages();
   const std::uint64_t heads = spec.model.kv_heads;
-  k_pool_bytes_ = std::size_t{pages} * heads * k_codec_.layout().tile_bytes;
-  layer_stride_ = k_pool_bytes_ + std::size_t{pages} * heads * v_codec_.layout().tile_bytes;
+  k_pool_bytes_ = std::size_t{pages_} * heads * k_codec_.layout().tile_bytes;
+  layer_stride_ = k_pool_bytes_ + std::size_t{pages_} * heads * v_codec_.layout().tile_bytes;
   const std::size_t total = layer_stride_ * spec.model.layers;
   memory_.reset(allocate_pool(total));
   if (!memory_)
@@ -84,10 +84,10 @@ void PagedStore::poison(PageId page, std::uint32_t from_slot) {
 
 void PagedStore::copy_page(PageId from, PageId to) {
   for (std::uint32_t layer = 0; layer < spec().model.layers; ++layer) {
-    for (const bool value : {false, true}) {
-      const std::size_t bytes = spec().model.kv_heads * codec(value).layout().tile_bytes;
-      std::memcpy(tile(to, layer, 0, value), tile(from, layer, 0, value), bytes);
-    }
+    for (std::uint32_t h = 0; h < spec().model.kv_heads; ++h)
+      for (const bool value : {false, true})
+        std::memcpy(tile(to, layer, h, value), tile(from, layer, h, value),
+                    codec(value).layout().tile_bytes);
   }
 }
 
