@@ -118,6 +118,8 @@ QuantizedQuery quantize_query(const float* q, std::uint32_t group, std::uint32_t
   if (keys == Rows::int8) out.lane_bias.assign(out.lane_steps.size(), 0);
   if (keys == Rows::int4) out.lane_sums.assign(out.lane_steps.size(), 0.0f);
   for (std::uint32_t h = 0; h < group; ++h) {
+    std::int32_t part_sum[4] = {};
+    float part_step[4] = {};
     for (std::uint32_t chunk = 0; chunk < dim / kQueryChunk; ++chunk) {
       const float* x = q + std::size_t{h} * dim + chunk * kQueryChunk;
       float top = 0.0f;
@@ -138,13 +140,16 @@ QuantizedQuery quantize_query(const float* q, std::uint32_t group, std::uint32_t
           at = e % 2 * (dim / 2) + e / 2;  // even elements, then odd ones
         }
         out.codes[std::size_t{h} * dim + at] = code;
-        for (std::uint32_t t = 0; t < 4; ++t) {
-          const std::size_t lane = std::size_t{h} * 16 + 4 * part + t;
-          out.lane_steps[lane] = step;
-          if (keys == Rows::int8) out.lane_bias[lane] += 128 * code;
-          if (keys == Rows::int4) out.lane_sums[lane] += step * static_cast<float>(code);
-        }
+        part_sum[part] += code;
+        part_step[part] = step;
       }
+    }
+    for (std::uint32_t lane = 0; lane < 16; ++lane) {
+      const std::uint32_t part = lane / 4;
+      out.lane_steps[h * 16 + lane] = part_step[part];
+      if (keys == Rows::int8) out.lane_bias[h * 16 + lane] = 128 * part_sum[part];
+      if (keys == Rows::int4)
+        out.lane_sums[h * 16 + lane] = part_step[part] * static_cast<float>(part_sum[part]);
     }
   }
   return out;
