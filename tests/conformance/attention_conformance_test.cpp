@@ -488,6 +488,65 @@ TEST(AttentionOutputs, WideGroupsMatchTheReference) {
   }
 }
 
+// Quantized values with fp16 keys (q is not rounded), under weights from uniform (q = 0) to
+// sharply peaked (q x 40: within a block one token takes nearly all), so that a kernel rounding
+// the weights of a block (cpu-tbb: to int16 against the block's largest) is seen at both ends:
+// 1e-3 against the reference over the stored values, head_dim 128, a ragged 301 tokens.
+TEST(AttentionOutputs, QuantizedValuesUnderUniformAndPeakedWeights) {
+  for (const std::string& backend : backend_names()) {
+    for (const std::string v_format : {"int8-per-token", "int4-group", "fp8-e4m3"}) {
+      StoreSpec spec;
+      spec.model = {1, 8, 2, 128};
+      spec.page_size = 16;
+      spec.k_format = "fp16";
+      spec.v_format = v_format;
+      spec.capacity_bytes = 8 << 20;
+      spec.poison_unused = true;
+      const auto store = open_store(backend, spec);
+      if (!store) continue;
+      const auto attention = registry().create_backend(backend)->create_attention();
+      std::mt19937 rng(11);
+      std::normal_distribution<float> normal;
+      const std::uint32_t n = 301;
+      const SeqId id = store->create_sequence();
+      std::vector<float> k(n * 2 * 128), v(k.size());
+      for (float& x : k) x = normal(rng);
+      for (float& x : v) x = normal(rng);
+      std::int64_t shape[3] = {n, 2, 128};
+      store->reserve(std::vector<SeqId>{id}, std::vector<std::uint32_t>{n});
+      store->append(0, std::vector<SeqId>{id}, std::vector<std::uint32_t>{n},
+                    host_tensor(k.data(), shape), host_tensor(v.data(), shape));
+      std::vector<float> stored_k(k.size()), stored_v(v.size());
+      DLTensor kt = host_tensor(stored_k.data(), shape), vt = host_tensor(stored_v.data(), shape);
+      store->gather(0, id, kt, vt);
+      std::vector<Position> positions(n);
+      for (std::uint32_t t = 0; t < n; ++t) positions[t] = t;
+      std::vector<float> base(8 * 128);
+      for (float& x : base) x = normal(rng);
+      for (const float sharpness : {0.0f, 1.0f, 40.0f}) {
+        std::vector<float> q(base.size()), out(q.size(), NAN), want(q.size());
+        for (std::size_t i = 0; i < q.size(); ++i) q[i] = base[i] * sharpness;
+        const std::vector<PositionRange> ranges{{0, n}};
+        const std::vector<std::uint32_t> counts{1};
+        std::int64_t q_shape[3] = {1, 8, 128};
+        DLTensor qt = host_tensor(q.data(), q_shape), ot = host_tensor(out.data(), q_shape);
+        AttentionRequest request;
+        const std::vector<SeqId> ids{id};
+        request.sequences = ids;
+        request.q = &qt;
+        request.out = &ot;
+        request.visible = {ranges, counts, 1};
+        attention->decode(*store, request);
+        reference::attention({8, 2, 128}, q, stored_k, stored_v, positions, ranges,
+                             1.0f / std::sqrt(128.0f), want);
+        for (std::size_t e = 0; e < want.size(); ++e)
+          ASSERT_NEAR(out[e], want[e], 1e-3 + 1e-3 * std::fabs(want[e]))
+              << backend << " " << v_format << " x" << sharpness << " element " << e;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, AttentionConformance, ::testing::ValuesIn(attention_cases()),
                          case_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(AttentionConformance);
