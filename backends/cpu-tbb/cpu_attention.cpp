@@ -200,24 +200,28 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
     }
   };
 
+  // body(item index, k, v, logits) for every item, in parallel, with buffers per task for the
+  // rows decoded to float32 and the logits of a block.
+  const auto for_each_item = [&](auto&& body) {
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, items.size()),
+                      [&](const tbb::blocked_range<std::size_t>& range) {
+                        std::vector<float> k(std::size_t{page} * dim), v(k.size()),
+                            logits(std::size_t{group} * page);
+                        for (std::size_t it = range.begin(); it != range.end(); ++it)
+                          body(it, k.data(), v.data(), logits.data());
+                      });
+  };
+
   std::vector<SoftmaxState> partial(items.size(), SoftmaxState(group, dim));
-  tbb::parallel_for(
-      tbb::blocked_range<std::size_t>(0, items.size()),
-      [&](const tbb::blocked_range<std::size_t>& range) {
-        std::vector<float> k(std::size_t{page} * dim), v(k.size()),
-            logits(std::size_t{group} * page);
-        for (std::size_t it = range.begin(); it != range.end(); ++it) {
-          const Item& item = items[it];
-          const std::size_t pair = item.query * kv_heads + item.kv_head;
-          const float* qg = q.data() + pair * group * dim;
-          const QuantizedQuery* qq = q8.empty() ? nullptr : &q8[pair];
-          for_each_block(
-              item, k.data(), v.data(), key_rows, stored_values, true,
-              [&](const RowBlock& keys, const RowBlock& values, std::uint64_t, std::uint32_t n) {
-                attend(qg, qq, keys, values, n, partial[it], logits.data());
-              });
-        }
-      });
+  for_each_item([&](std::size_t it, float* k, float* v, float* logits) {
+    const Item& item = items[it];
+    const std::size_t pair = item.query * kv_heads + item.kv_head;
+    const float* qg = q.data() + pair * group * dim;
+    const QuantizedQuery* qq = q8.empty() ? nullptr : &q8[pair];
+    for_each_block(item, k, v, key_rows, stored_values, true,
+                   [&](const RowBlock& keys, const RowBlock& values, std::uint64_t,
+                       std::uint32_t n) { attend(qg, qq, keys, values, n, partial[it], logits); });
+  });
 
   // Merge the splits of each (query, KV head), normalize, write.
   std::vector<SoftmaxState> merged;
@@ -242,33 +246,25 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
 
   if (!r.accumulate_scores) return;
   // Each visible key's final softmax weight, summed over the group's heads, added to its slot.
-  tbb::parallel_for(
-      tbb::blocked_range<std::size_t>(0, items.size()),
-      [&](const tbb::blocked_range<std::size_t>& range) {
-        std::vector<float> k(std::size_t{page} * dim), v(k.size()),
-            logits(std::size_t{group} * page);
-        for (std::size_t it = range.begin(); it != range.end(); ++it) {
-          const Item& item = items[it];
-          const std::size_t pair = item.query * kv_heads + item.kv_head;
-          const SoftmaxState& final_state = merged[pair];
-          const float* qg =
-              q.data() + (item.query * heads + std::size_t{item.kv_head} * group) * dim;
-          for_each_block(
-              item, k.data(), v.data(), Rows::float32, Rows::float32, false,
-              [&](const RowBlock&, const RowBlock&, std::uint64_t first, std::uint32_t n) {
-                block_logits(qg, group, dim, k.data(), n, logits.data());
-                float* scores = views[query_sequence[item.query]].scores;
-                for (std::uint32_t j = 0; j < n; ++j) {
-                  float weight = 0.0f;
-                  for (std::uint32_t g = 0; g < group; ++g)
-                    weight += std::exp2(logits[std::size_t{g} * n + j] - final_state.m[g]) /
-                              weight_sums[pair * group + g];
-                  std::atomic_ref<float>(scores[first + j])
-                      .fetch_add(weight, std::memory_order_relaxed);
-                }
-              });
-        }
-      });
+  for_each_item([&](std::size_t it, float* k, float* v, float* logits) {
+    const Item& item = items[it];
+    const std::size_t pair = item.query * kv_heads + item.kv_head;
+    const SoftmaxState& final_state = merged[pair];
+    const float* qg = q.data() + pair * group * dim;
+    for_each_block(
+        item, k, v, Rows::float32, Rows::float32, false,
+        [&](const RowBlock&, const RowBlock&, std::uint64_t first, std::uint32_t n) {
+          block_logits(qg, group, dim, k, n, logits);
+          float* scores = views[query_sequence[item.query]].scores;
+          for (std::uint32_t j = 0; j < n; ++j) {
+            float weight = 0.0f;
+            for (std::uint32_t g = 0; g < group; ++g)
+              weight += std::exp2(logits[std::size_t{g} * n + j] - final_state.m[g]) /
+                        weight_sums[pair * group + g];
+            std::atomic_ref<float>(scores[first + j]).fetch_add(weight, std::memory_order_relaxed);
+          }
+        });
+  });
 }
 
 }  // namespace
