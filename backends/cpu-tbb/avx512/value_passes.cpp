@@ -90,12 +90,63 @@ KVCACHE_AVX512 KVCACHE_INLINE __m512i widen_int8(const std::int8_t* codes) {
   return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes)));
 }
 
-// The int8 row scale multiplies the weight; two rows' 32 codes, widened to int16, interleave
-// into the pairs of elements 0..15 and 16..31.
-template <int G, int D>
-KVCACHE_VNNI void values16_int8(const Block16& b) {
+// The loop both integer value passes share: rows in pairs, H vectors of a row per pass so that
+// the G x H int32 sums stay in registers. `rows.pairs(j, vector, first, next)` gives vectors
+// `vector` and `vector` + 1 of rows j and j + 1 as int16 pairs, `rows.codes(g, vector)` head g's
+// weight codes for them, and `rows.finish(g, vector, sums)` adds head g's sums to its
+// accumulator.
+template <int G, int D, class Source>
+KVCACHE_VNNI KVCACHE_INLINE void add_pairs(const Block16& b, const Source& rows) {
   constexpr int C = D / 16;
   constexpr int H = C < 16 / G ? C : 16 / G;  // vectors per pass, even
+#pragma GCC unroll 8
+  for (int pass = 0; pass < C; pass += H) {
+    __m512i a[G][H];
+    for (int g = 0; g < G; ++g)
+      for (int h = 0; h < H; ++h) a[g][h] = _mm512_setzero_si512();
+    for (std::uint32_t j = 0; j < b.n; j += 2) {
+      if (pass == 0) prefetch_shares(b, kShares / 2 + j, 2);
+      for (int h = 0; h < H; h += 2) {
+        __m512i first, next;
+        rows.pairs(j, pass + h, first, next);
+        for (int g = 0; g < G; ++g) {
+          const __m512i pair = code_pair(rows.codes(g, pass + h), j);
+          dpwssd(a[g][h], first, pair);
+          dpwssd(a[g][h + 1], next, pair);
+        }
+      }
+    }
+    for (int g = 0; g < G; ++g)
+      for (int h = 0; h < H; ++h) rows.finish(g, pass + h, a[g][h]);
+  }
+}
+
+// int8 rows: two rows' 32 codes, widened to int16, interleave into the pairs of elements 0..15
+// and 16..31; the row scale multiplies the weight.
+template <int D>
+struct Int8Pairs {
+  const std::int8_t* v;
+  __m512i low, high;  // kInterleave
+  const std::int16_t (*codes_of_head)[16];
+  const float* unit;  // per head
+  float* acc;
+  KVCACHE_VNNI KVCACHE_INLINE void pairs(std::uint32_t j, int vector, __m512i& first,
+                                         __m512i& next) const {
+    const __m512i x = widen_int8(v + std::size_t{j} * D + 16 * vector);
+    const __m512i y = widen_int8(v + std::size_t{j + 1} * D + 16 * vector);
+    first = _mm512_permutex2var_epi16(x, low, y);
+    next = _mm512_permutex2var_epi16(x, high, y);
+  }
+  const std::int16_t* codes(int g, int) const { return codes_of_head[g]; }
+  KVCACHE_VNNI KVCACHE_INLINE void finish(int g, int vector, __m512i sums) const {
+    float* out = acc + g * D + 16 * vector;
+    _mm512_storeu_ps(out, _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_set1_ps(unit[g]),
+                                          _mm512_loadu_ps(out)));
+  }
+};
+
+template <int G, int D>
+KVCACHE_VNNI void values16_int8(const Block16& b) {
   const __m512 scales = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << b.n) - 1), b.v_meta);
   alignas(64) std::int16_t codes[G][16];
   float unit[G];
@@ -106,35 +157,9 @@ KVCACHE_VNNI void values16_int8(const Block16& b) {
                 codes[g]);
     unit[g] = _mm512_cvtss_f32(top) / kLargestCode;
   }
-  const auto* v = static_cast<const std::int8_t*>(b.v);
-  const __m512i low = _mm512_load_si512(kInterleave.low);
-  const __m512i high = _mm512_load_si512(kInterleave.high);
-#pragma GCC unroll 8
-  for (int pass = 0; pass < C; pass += H) {
-    __m512i a[G][H];
-    for (int g = 0; g < G; ++g)
-      for (int h = 0; h < H; ++h) a[g][h] = _mm512_setzero_si512();
-    for (std::uint32_t j = 0; j < b.n; j += 2) {  // rows j and j + 1
-      if (pass == 0) prefetch_shares(b, kShares / 2 + j, 2);
-      for (int h = 0; h < H; h += 2) {
-        const __m512i x = widen_int8(v + std::size_t{j} * D + 16 * (pass + h));
-        const __m512i y = widen_int8(v + std::size_t{j + 1} * D + 16 * (pass + h));
-        const __m512i first = _mm512_permutex2var_epi16(x, low, y);
-        const __m512i next = _mm512_permutex2var_epi16(x, high, y);
-        for (int g = 0; g < G; ++g) {
-          const __m512i pair = code_pair(codes[g], j);
-          dpwssd(a[g][h], first, pair);
-          dpwssd(a[g][h + 1], next, pair);
-        }
-      }
-    }
-    for (int g = 0; g < G; ++g)
-      for (int h = 0; h < H; ++h) {
-        float* out = b.acc + g * D + 16 * (pass + h);
-        _mm512_storeu_ps(out, _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[g][h]), _mm512_set1_ps(unit[g]),
-                                              _mm512_loadu_ps(out)));
-      }
-  }
+  add_pairs<G, D>(
+      b, Int8Pairs<D>{static_cast<const std::int8_t*>(b.v), _mm512_load_si512(kInterleave.low),
+                      _mm512_load_si512(kInterleave.high), codes, unit, b.acc});
 }
 
 // Word indices for _mm512_permutex2var_epi16 over the low nibbles e and high nibbles o of two
@@ -157,14 +182,49 @@ struct NibblePairs {
 };
 inline constexpr NibblePairs kNibblePairs;
 
+// int4 rows: a group's 16 bytes of two rows, widened to int16 words, split into low nibbles
+// (even elements) and high ones (odd), interleave into the pairs of the group's elements 0..15
+// and 16..31 (vectors 2 x group and 2 x group + 1); per (head, group) the weight codes, the step
+// and the minima's sum.
+template <int G, int D>
+struct Int4Pairs {
+  static constexpr int Groups = D / 32;
+  const std::byte* v;
+  __m512i low, high;  // kNibblePairs
+  __m512i nibble;
+  const std::int16_t (*codes_of)[Groups][16];
+  const float (*unit)[Groups];
+  const float* minimum_sum;  // [G][Groups]
+  float* acc;
+  KVCACHE_VNNI KVCACHE_INLINE void pairs(std::uint32_t j, int vector, __m512i& first,
+                                         __m512i& next) const {
+    const std::byte* row = v + std::size_t{j} * D / 2 + 16 * (vector / 2);
+    const __m512i both = _mm512_cvtepu8_epi16(_mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + D / 2)), 1));
+    const __m512i even = _mm512_and_si512(both, nibble);
+    const __m512i odd = _mm512_srli_epi16(both, 4);
+    first = _mm512_permutex2var_epi16(even, low, odd);
+    next = _mm512_permutex2var_epi16(even, high, odd);
+  }
+  const std::int16_t* codes(int g, int vector) const { return codes_of[g][vector / 2]; }
+  KVCACHE_VNNI KVCACHE_INLINE void finish(int g, int vector, __m512i sums) const {
+    const int group = vector / 2;
+    float* out = acc + g * D + 16 * vector;
+    _mm512_storeu_ps(
+        out, _mm512_add_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_set1_ps(unit[g][group]),
+                                           _mm512_loadu_ps(out)),
+                           _mm512_set1_ps(minimum_sum[g * Groups + group])));
+  }
+};
+
 // int4 values: per (head, group of 32) the weights times the group's scales, rounded against the
 // head's largest weight times the group's largest scale; the minima times the weights make one
 // sum per (head, group), added to the group's elements.
 template <int G, int D>
 KVCACHE_VNNI void values16_int4(const Block16& b) {
   static_assert(D == 64 || D == 128);
-  constexpr int C = D / 16, Groups = D / 32;
-  constexpr int H = C < 16 / G ? C : 16 / G;  // vectors per pass, even: whole groups
+  constexpr int Groups = D / 32;
   const GroupParams<D> params = group_params<D>(b.v_meta, b.n);
   alignas(64) std::int16_t codes[G][Groups][16];
   float unit[G][Groups];
@@ -196,44 +256,10 @@ KVCACHE_VNNI void values16_int4(const Block16& b) {
       _mm512_store_ps(minimum_sum + i,
                       _mm512_permutexvar_ps(lane_of_slot, sum_lanes16<AddFloats>(terms + i)));
   }
-  const auto* v = static_cast<const std::byte*>(b.v);
-  const __m512i low = _mm512_load_si512(kNibblePairs.low);
-  const __m512i high = _mm512_load_si512(kNibblePairs.high);
-  const __m512i nibble = _mm512_set1_epi16(0x0F);
-#pragma GCC unroll 8
-  for (int pass = 0; pass < C; pass += H) {
-    __m512i a[G][H];
-    for (int g = 0; g < G; ++g)
-      for (int h = 0; h < H; ++h) a[g][h] = _mm512_setzero_si512();
-    for (std::uint32_t j = 0; j < b.n; j += 2) {  // rows j and j + 1
-      if (pass == 0) prefetch_shares(b, kShares / 2 + j, 2);
-      for (int h = 0; h < H; h += 2) {
-        const int group = (pass + h) / 2;
-        const std::byte* row = v + std::size_t{j} * D / 2 + 16 * group;
-        const __m512i both = _mm512_cvtepu8_epi16(_mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row))),
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + D / 2)), 1));
-        const __m512i even = _mm512_and_si512(both, nibble);
-        const __m512i odd = _mm512_srli_epi16(both, 4);
-        const __m512i first = _mm512_permutex2var_epi16(even, low, odd);
-        const __m512i next = _mm512_permutex2var_epi16(even, high, odd);
-        for (int g = 0; g < G; ++g) {
-          const __m512i pair = code_pair(codes[g][group], j);
-          dpwssd(a[g][h], first, pair);
-          dpwssd(a[g][h + 1], next, pair);
-        }
-      }
-    }
-    for (int g = 0; g < G; ++g)
-      for (int h = 0; h < H; ++h) {
-        const int group = (pass + h) / 2;
-        float* out = b.acc + g * D + 16 * (pass + h);
-        _mm512_storeu_ps(out, _mm512_add_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(a[g][h]),
-                                                            _mm512_set1_ps(unit[g][group]),
-                                                            _mm512_loadu_ps(out)),
-                                            _mm512_set1_ps(minimum_sum[g * Groups + group])));
-      }
-  }
+  add_pairs<G, D>(
+      b, Int4Pairs<G, D>{static_cast<const std::byte*>(b.v), _mm512_load_si512(kNibblePairs.low),
+                         _mm512_load_si512(kNibblePairs.high), _mm512_set1_epi16(0x0F), codes, unit,
+                         minimum_sum, b.acc});
 }
 
 KVCACHE_KERNELS_END
