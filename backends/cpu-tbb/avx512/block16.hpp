@@ -59,8 +59,9 @@ struct AddInts {
   }
 };
 
-// Sums each of 16 vectors across its lanes: out lane i holds the sum of s[kSumOrder[i]].
-// A shuffle network (about 3 instructions per vector) instead of 16 horizontal reductions.
+// Sums each of 16 vectors across its lanes: out lane i holds the sum of
+// s[sum_order().slot_of_lane[i]]. A shuffle network (about 3 instructions per vector) instead of 16
+// horizontal reductions.
 template <class Add>
 KVCACHE_AVX512 KVCACHE_INLINE __m512 sum_lanes16(__m512 s[16]) {
   const Add add;
@@ -129,15 +130,16 @@ KVCACHE_AVX512 KVCACHE_INLINE __m512 load_floats16(const void* rows, std::size_t
 // What an fp8 code read by load_floats16 is short of: it multiplies the row's scale.
 inline constexpr float kFp8Unit = 256.0f;
 
-// What a 16-key kernel reads: q (float, or quantized for int8/int4 keys), 16 key rows (zeros past
-// n), up to 16 value rows, the tiles to prefetch, and the softmax state of the G heads.
+// What the passes over a block read: q (float, or quantized for int8/int4 keys), 16 key rows
+// (zeros past n), n value rows (an even number for the integer passes: an odd block gets a row
+// of zeros), the tiles to prefetch, and the softmax state of the G heads.
 struct Block16 {
   const float* q;
   const QuantizedQuery* q8;
   const void* k;
-  const void* k_meta;  // int8 and int4 keys: 16 rows
+  const void* k_meta;  // scales (fp8, int8, int4 keys): 16 rows
   const void* v;
-  const void* v_meta;  // int8 values: n rows
+  const void* v_meta;  // scales (fp8, int8, int4 values): n rows
   std::uint32_t n;
   struct Ahead {
     const std::byte* from;
@@ -146,7 +148,7 @@ struct Block16 {
   float* m;
   float* l;
   float* acc;
-  float* weight;  // [G][16], aligned: the key pass's weights in slot order, for the value pass
+  float* weight;  // [G][16], aligned: the key pass's weights in token order, for the value pass
 };
 
 // Asks for shares [first, first + count) (of 32) of the prefetch lines, so they spread through
