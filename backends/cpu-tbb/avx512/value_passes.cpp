@@ -44,7 +44,7 @@ KVCACHE_AVX512 void values16(const Block16& b) {
 
 // Quantized values meet their weights in integer dot products, two tokens at a time
 // (vpdpwssd: int16 pairs into int32): per head, the block's weights times the rows' scales are
-// rounded to int16 against a bound on them (their largest), so each is off by at most
+// rounded to int16 against a bound on them (int8: their largest), so each is off by at most
 // bound / 65534. With int8 codes (|c| <= 127) a block of 16 then errs by at most
 // 16 x 127 / 65534 x bound < bound / 32, while the rounding of its rows (half a step each) may
 // cost sum(weight x scale) / 2 >= bound / 2: the weights add at most 1/16 to the format's worst
