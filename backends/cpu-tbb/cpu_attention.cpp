@@ -138,12 +138,9 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
         return Rows::float32;
     }
   };
-  const Rows key_rows = !r.accumulate_scores && takes_keys(stored_kind(kc), group, dim)
-                            ? stored_kind(kc)
-                            : Rows::float32;
-  const Rows stored_values =
-      takes_values(stored_kind(vc), group, dim) ? stored_kind(vc) : Rows::float32;
-  const BlockAttention attend(group, dim, key_rows, stored_values);
+  const BlockAttention attend(group, dim, r.accumulate_scores ? Rows::float32 : stored_kind(kc),
+                              stored_kind(vc));
+  const Rows key_rows = attend.keys(), stored_values = attend.values();
   std::vector<QuantizedQuery> q8;  // per (query, KV head), for int8 and int4 keys
   if (key_rows == Rows::int8 || key_rows == Rows::int4)
     for (std::uint64_t pair = 0; pair < queries * kv_heads; ++pair)

@@ -1,7 +1,6 @@
 #include "softmax_block.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdlib>
@@ -9,7 +8,6 @@
 #include <string_view>
 
 #include "avx512/block16.hpp"
-#include "kvcache/status.hpp"
 
 namespace kvcache::cpu {
 namespace {
@@ -78,16 +76,12 @@ bool has_vnni() {
   return yes;
 }
 
-// The passes for a shape and row kinds (both, or nulls): float kinds where the CPU has AVX-512,
-// int8 and int4 where it also has VNNI.
-struct Kernel {
-  Pass16 keys = nullptr, values = nullptr;
-};
-Kernel specialized(std::uint32_t group, std::uint32_t dim, Rows keys, Rows values) {
-  const auto integer = [](Rows kind) { return kind == Rows::int8 || kind == Rows::int4; };
-  if (!has_avx512() || ((integer(keys) || integer(values)) && !has_vnni())) return {};
-  const Kernel kernel{key_pass(group, dim, keys), value_pass(group, dim, values)};
-  return kernel.keys != nullptr && kernel.values != nullptr ? kernel : Kernel{};
+// The pass over rows of this kind for the shape, or null: float kinds where the CPU has
+// AVX-512, int8 and int4 where it also has VNNI.
+Pass16 pass_for(std::uint32_t group, std::uint32_t dim, Rows kind, bool value) {
+  const bool integer = kind == Rows::int8 || kind == Rows::int4;
+  if (!has_avx512() || (integer && !has_vnni())) return nullptr;
+  return value ? value_pass(group, dim, kind) : key_pass(group, dim, kind);
 }
 
 std::size_t row_bytes(Rows kind, std::uint32_t dim) {
@@ -177,26 +171,26 @@ void block_logits(const float* q, std::uint32_t group, std::uint32_t dim, const 
     }
 }
 
-bool takes_values(Rows kind, std::uint32_t group, std::uint32_t dim) {
-  return specialized(group, dim, Rows::float32, kind).values != nullptr;
-}
-
-bool takes_keys(Rows kind, std::uint32_t group, std::uint32_t dim) {
-  return specialized(group, dim, kind, Rows::float32).keys != nullptr;
-}
-
-BlockAttention::BlockAttention(std::uint32_t group, std::uint32_t dim, Rows keys, Rows values)
-    : group_(group), dim_(dim), values_(values) {
-  const Kernel kernel = specialized(group, dim, keys, values);
-  key_pass_ = kernel.keys;
-  value_pass_ = kernel.values;
-  key_bytes_ = row_bytes(keys, dim);
-  key_meta_ = meta_bytes(keys, dim);
-  value_bytes_ = row_bytes(values, dim);
-  value_meta_ = meta_bytes(values, dim);
-  if (key_pass_ == nullptr && (keys != Rows::float32 || values != Rows::float32))
-    throw Error(Code::internal,
-                "BlockAttention: stored rows read in place need the AVX-512 kernels");
+BlockAttention::BlockAttention(std::uint32_t group, std::uint32_t dim, Rows stored_keys,
+                               Rows stored_values)
+    : group_(group), dim_(dim) {
+  // Each side read in place where a pass can, else decoded to float32; the portable path where
+  // the shape or the CPU has no passes at all.
+  const auto choose = [&](Rows stored, bool value, Rows& kind, Pass& pass) {
+    kind = stored;
+    pass = pass_for(group, dim, stored, value);
+    if (pass == nullptr) pass = pass_for(group, dim, kind = Rows::float32, value);
+  };
+  choose(stored_keys, false, keys_, key_pass_);
+  choose(stored_values, true, values_, value_pass_);
+  if (key_pass_ == nullptr || value_pass_ == nullptr) {
+    keys_ = values_ = Rows::float32;
+    key_pass_ = value_pass_ = nullptr;
+  }
+  key_bytes_ = row_bytes(keys_, dim);
+  key_meta_ = meta_bytes(keys_, dim);
+  value_bytes_ = row_bytes(values_, dim);
+  value_meta_ = meta_bytes(values_, dim);
 }
 
 void BlockAttention::operator()(const float* q, const QuantizedQuery* q8, const RowBlock& k,

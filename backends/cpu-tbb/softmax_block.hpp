@@ -63,22 +63,21 @@ struct QuantizedQuery {
 };
 QuantizedQuery quantize_query(const float* q, std::uint32_t group, std::uint32_t dim, Rows keys);
 
-// Whether BlockAttention reads values, or keys, of this kind in place for this shape (head
-// dimension 64 or 128, 1, 2, 4 or 8 query heads per KV head): float kinds (fp16, bf16, fp8) where
-// the CPU has AVX-512; int8 and int4 by integer dot products (keys with the quantized query,
-// values with weights rounded to int16), where it also has VNNI and KVCACHE_CPU_NO_VNNI is unset.
-bool takes_values(Rows kind, std::uint32_t group, std::uint32_t dim);
-bool takes_keys(Rows kind, std::uint32_t group, std::uint32_t dim);
-
 namespace avx512 {
 struct Block16;
 }
 
-// Adds blocks of keys and values of one shape and pair of row kinds to softmax states: the
-// kernels are chosen once, at construction.
+// Adds blocks of keys and values of one shape to softmax states, with kernels chosen once, at
+// construction, for the kinds the rows are stored in. It reads them in place where it can (head
+// dimension 64 or 128, 1, 2, 4 or 8 query heads per KV head: float kinds where the CPU has
+// AVX-512; int8 and int4 by integer dot products, keys with the quantized query and values with
+// weights rounded to int16, where it also has VNNI and KVCACHE_CPU_NO_VNNI is unset); keys() and
+// values() say how it wants them: the stored kind, or float32 rows decoded first.
 class BlockAttention {
  public:
-  BlockAttention(std::uint32_t group, std::uint32_t dim, Rows keys, Rows values);
+  BlockAttention(std::uint32_t group, std::uint32_t dim, Rows stored_keys, Rows stored_values);
+  Rows keys() const { return keys_; }
+  Rows values() const { return values_; }
   // Adds n keys and values to the state. q: [group][dim] floats, and q8 the same quantized
   // (int8 and int4 keys). `logits` has room for group * n floats.
   void operator()(const float* q, const QuantizedQuery* q8, const RowBlock& k, const RowBlock& v,
@@ -90,7 +89,7 @@ class BlockAttention {
                 SoftmaxState& state, float* logits) const;
 
   std::uint32_t group_, dim_;
-  Rows values_;
+  Rows keys_, values_;
   Pass key_pass_ = nullptr, value_pass_ = nullptr;  // null: the portable path
   std::size_t key_bytes_ = 0, key_meta_ = 0, value_bytes_ = 0, value_meta_ = 0;  // per row
 };
