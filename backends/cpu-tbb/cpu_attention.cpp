@@ -115,8 +115,8 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   }
   first_item.back() = items.size();
 
-  // How K and V reach the kernel: fp16, bf16, fp8, int8 and int4 (groups of 32) keys and values are
-  // read in place where the kernel can; everything else is decoded into float32 rows first.
+  // How K and V reach the kernels: BlockAttention reads fp16, bf16, fp8, int8 and int4 (groups
+  // of 32) rows in place where it can; everything else is decoded into float32 rows first.
   // Accumulated scores need the exact logits of the float path (the weights must match the
   // reference), so they keep it.
   const SlotCodec& kc = store->codec(false);
