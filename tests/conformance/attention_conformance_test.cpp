@@ -360,6 +360,28 @@ StoreSpec small_fp32_spec(const ModelShape& model) {
   return spec;
 }
 
+// A new sequence of n tokens in layer 0 with K and V drawn from N(0, 1), as appended
+// ([n][kv_heads][head_dim] floats).
+struct RandomSequence {
+  SeqId id;
+  std::vector<float> k, v;
+};
+RandomSequence random_sequence(CacheStore& store, const ModelShape& model, std::uint32_t n,
+                               std::mt19937& rng) {
+  RandomSequence s{store.create_sequence(),
+                   std::vector<float>(std::size_t{n} * model.kv_heads * model.head_dim),
+                   {}};
+  s.v.resize(s.k.size());
+  std::normal_distribution<float> normal;
+  for (float& x : s.k) x = normal(rng);
+  for (float& x : s.v) x = normal(rng);
+  std::int64_t shape[3] = {n, model.kv_heads, model.head_dim};
+  store.reserve(std::vector<SeqId>{s.id}, std::vector<std::uint32_t>{n});
+  store.append(0, std::vector<SeqId>{s.id}, std::vector<std::uint32_t>{n},
+               host_tensor(s.k.data(), shape), host_tensor(s.v.data(), shape));
+  return s;
+}
+
 // Outputs in float16 and bfloat16, and the backend against a dense formulation with an
 // explicit boolean mask like the seed's SlidingWindowAttention (kept causal for the first
 // positions), on a small shape.
@@ -369,18 +391,12 @@ TEST(AttentionOutputs, HalfPrecisionOutputsAndDenseMask) {
     const auto store = open_store(backend, spec);
     if (!store) continue;
     const auto attention = registry().create_backend(backend)->create_attention();
-    const SeqId id = store->create_sequence();
     const std::uint32_t n = 30, sinks = 3, window = 8;
-    store->reserve(std::vector<SeqId>{id}, std::vector<std::uint32_t>{n});
     std::mt19937 rng(3);
+    const auto [id, k, v] = random_sequence(*store, spec.model, n, rng);
     std::normal_distribution<float> normal;
-    std::vector<float> k(n * 2 * 16), v(k.size()), q(4 * 16);
-    for (float& x : k) x = normal(rng);
-    for (float& x : v) x = normal(rng);
+    std::vector<float> q(4 * 16);
     for (float& x : q) x = normal(rng);
-    std::int64_t kv_shape[3] = {n, 2, 16};
-    store->append(0, std::vector<SeqId>{id}, std::vector<std::uint32_t>{n},
-                  host_tensor(k.data(), kv_shape), host_tensor(v.data(), kv_shape));
     // Dense: mask[t] for the query at position n - 1; softmax over allowed keys only.
     const Position query = n - 1;
     std::vector<float> dense(4 * 16, 0.0f);
@@ -452,15 +468,10 @@ TEST(AttentionOutputs, WideGroupsMatchTheReference) {
     std::vector<SeqId> ids;
     std::vector<std::vector<float>> ks, vs;
     for (const std::uint32_t n : lengths) {
-      ids.push_back(store->create_sequence());
-      ks.emplace_back(n * 32);
-      vs.emplace_back(n * 32);
-      for (float& x : ks.back()) x = normal(rng);
-      for (float& x : vs.back()) x = normal(rng);
-      std::int64_t shape[3] = {n, 1, 32};
-      store->reserve(std::vector<SeqId>{ids.back()}, std::vector<std::uint32_t>{n});
-      store->append(0, std::vector<SeqId>{ids.back()}, std::vector<std::uint32_t>{n},
-                    host_tensor(ks.back().data(), shape), host_tensor(vs.back().data(), shape));
+      RandomSequence s = random_sequence(*store, spec.model, n, rng);
+      ids.push_back(s.id);
+      ks.push_back(std::move(s.k));
+      vs.push_back(std::move(s.v));
     }
     std::vector<float> q(2 * 16 * 32), out(q.size(), NAN);
     for (float& x : q) x = normal(rng);
@@ -508,15 +519,9 @@ TEST(AttentionOutputs, QuantizedValuesUnderUniformAndPeakedWeights) {
       std::mt19937 rng(11);
       std::normal_distribution<float> normal;
       const std::uint32_t n = 301;
-      const SeqId id = store->create_sequence();
-      std::vector<float> k(n * 2 * 128), v(k.size());
-      for (float& x : k) x = normal(rng);
-      for (float& x : v) x = normal(rng);
+      const SeqId id = random_sequence(*store, spec.model, n, rng).id;
+      std::vector<float> stored_k(std::size_t{n} * 2 * 128), stored_v(stored_k.size());
       std::int64_t shape[3] = {n, 2, 128};
-      store->reserve(std::vector<SeqId>{id}, std::vector<std::uint32_t>{n});
-      store->append(0, std::vector<SeqId>{id}, std::vector<std::uint32_t>{n},
-                    host_tensor(k.data(), shape), host_tensor(v.data(), shape));
-      std::vector<float> stored_k(k.size()), stored_v(v.size());
       DLTensor kt = host_tensor(stored_k.data(), shape), vt = host_tensor(stored_v.data(), shape);
       store->gather(0, id, kt, vt);
       std::vector<Position> positions(n);
