@@ -39,13 +39,12 @@ std::byte* allocate_pool(std::size_t bytes) {
 PagedStore::PagedStore(const StoreSpec& spec)
     : PagedStoreBase(spec),
       page_size_(spec.page_size),
-      pages_(book_.total_pages()),
       k_codec_(parse_format(spec.k_format, spec.k_options), spec.model.head_dim, spec.page_size),
       v_codec_(parse_format(spec.v_format, spec.v_options), spec.model.head_dim, spec.page_size),
       memory_(nullptr, &std::free) {
-  const std::uint64_t heads = spec.model.kv_heads;
-  k_pool_bytes_ = std::size_t{pages_} * heads * k_codec_.layout().tile_bytes;
-  layer_stride_ = k_pool_bytes_ + std::size_t{pages_} * heads * v_codec_.layout().tile_bytes;
+  const std::size_t tiles = std::size_t{book_.total_pages()} * spec.model.kv_heads;  // per pool
+  k_pool_bytes_ = tiles * k_codec_.layout().tile_bytes;
+  layer_stride_ = k_pool_bytes_ + tiles * v_codec_.layout().tile_bytes;
   const std::size_t total = layer_stride_ * spec.model.layers;
   memory_.reset(allocate_pool(total));
   if (!memory_)

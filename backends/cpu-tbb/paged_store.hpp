@@ -62,7 +62,7 @@ class PagedStore final : public paging::PagedStoreBase {
   // than with [page][kv head]).
   std::byte* tile(PageId page, std::uint32_t layer, std::uint32_t head, bool value) const {
     return memory_.get() + layer * layer_stride_ + (value ? k_pool_bytes_ : 0) +
-           (std::size_t{head} * pages_ + page) * codec(value).layout().tile_bytes;
+           (std::size_t{head} * book_.total_pages() + page) * codec(value).layout().tile_bytes;
   }
   // PageMemory: what the book asks of the pools.
   void poison(PageId page, std::uint32_t from_slot) override;
@@ -79,7 +79,6 @@ class PagedStore final : public paging::PagedStoreBase {
                 std::uint64_t slot, float* row) const;
 
   std::uint32_t page_size_;
-  std::uint32_t pages_;  // in each pool
   SlotCodec k_codec_;
   SlotCodec v_codec_;
   std::size_t layer_stride_ = 0;  // bytes of one layer's K and V pools
