@@ -144,7 +144,7 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   std::vector<QuantizedQuery> q8;  // per (query, KV head), for int8 and int4 keys
   if (key_rows == Rows::int8 || key_rows == Rows::int4)
     for (std::uint64_t pair = 0; pair < queries * kv_heads; ++pair)
-      q8.push_back(quantize_query(q.data() + pair * group * dim, group, dim, key_rows));
+      q8.push_back(attend.quantize(q.data() + pair * group * dim));
 
   // Walks the key blocks of an item (at most one page each): rows read in place are passed as
   // they are stored (with their next tile to prefetch), the others decoded into k and v; values

@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include "cpu_features.hpp"
 #include "kvcache/numeric.hpp"
 
 namespace kvcache::cpu {
@@ -55,8 +56,7 @@ __attribute__((target("avx512f"))) void widen_bf16_avx512(const std::uint16_t* i
 #pragma GCC diagnostic pop
 
 bool avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f");
-  return yes;
+  return vector_isa() == VectorIsa::avx512;
 }
 
 }  // namespace

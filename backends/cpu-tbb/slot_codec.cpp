@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "cpu_features.hpp"
 #include "kvcache/numeric.hpp"
 #include "kvcache/status.hpp"
 
@@ -18,11 +19,7 @@ namespace {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 bool has_avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") &&
-                          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("f16c") &&
-                          __builtin_cpu_supports("fma");
-  return yes;
+  return vector_isa() == VectorIsa::avx512;
 }
 
 // round-half-even(RN(x / s)) for 16 lanes, equal to the reference's true division but mostly

@@ -5,9 +5,9 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
-#include <string_view>
 
-#include "avx512/block16.hpp"
+#include "avx512/vectors.hpp"
+#include "block16.hpp"
 
 namespace kvcache::cpu {
 namespace {
@@ -60,28 +60,23 @@ KVCACHE_AVX512 void accumulate_avx512(const float* weights, std::uint32_t group,
 KVCACHE_KERNELS_END
 
 bool has_avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-                          __builtin_cpu_supports("avx512bw");
-  return yes;
+  return vector_isa() == VectorIsa::avx512;
 }
 
-// Read once; KVCACHE_CPU_NO_VNNI=1 keeps int8 and int4 keys and values on the float path (so
-// that both paths can be tested on one machine).
-bool has_vnni() {
-  static const bool yes = [] {
-    const char* off = std::getenv("KVCACHE_CPU_NO_VNNI");
-    return has_avx512() && __builtin_cpu_supports("avx512vnni") &&
-           (off == nullptr || std::string_view(off).empty() || std::string_view(off) == "0");
-  }();
-  return yes;
-}
-
-// The pass over rows of this kind for the shape, or null: float kinds where the CPU has
-// AVX-512, int8 and int4 where it also has VNNI.
-Pass16 pass_for(std::uint32_t group, std::uint32_t dim, Rows kind, bool value) {
-  const bool integer = kind == Rows::int8 || kind == Rows::int4;
-  if (!has_avx512() || (integer && !has_vnni())) return nullptr;
-  return value ? value_pass(group, dim, kind) : key_pass(group, dim, kind);
+// The pass over rows of this kind for the shape, or null: with AVX-512, float kinds, and int8
+// and int4 where the CPU also has VNNI; with AVX2, every kind.
+Pass16 pass_for(VectorIsa isa, std::uint32_t group, std::uint32_t dim, Rows kind, bool value) {
+  switch (isa) {
+    case VectorIsa::avx512:
+      if ((kind == Rows::int8 || kind == Rows::int4) && !has_vnni()) return nullptr;
+      return value ? avx512::value_pass(group, dim, kind) : avx512::key_pass(group, dim, kind);
+    case VectorIsa::avx2:
+      return value ? avx2::value_pass(group, dim, kind, has_vnni())
+                   : avx2::key_pass(group, dim, kind, has_vnni());
+    case VectorIsa::portable:
+      return nullptr;
+  }
+  return nullptr;
 }
 
 std::size_t row_bytes(Rows kind, std::uint32_t dim) {
@@ -105,44 +100,77 @@ std::size_t meta_bytes(Rows kind, std::uint32_t dim) {
 
 }  // namespace
 
-QuantizedQuery quantize_query(const float* q, std::uint32_t group, std::uint32_t dim, Rows keys) {
+QuantizedQuery BlockAttention::quantize(const float* q) const {
+  const std::uint32_t group = group_, dim = dim_, parts = dim / 32;
+  // Codes in element order and each part's step (that of its chunk).
+  std::vector<std::int8_t> codes(std::size_t{group} * dim);
+  std::vector<float> step_of(std::size_t{group} * parts);
+  for (std::uint32_t h = 0; h < group; ++h)
+    for (std::uint32_t chunk = 0; chunk < dim / kQueryChunk; ++chunk) {
+      const std::size_t first = std::size_t{h} * dim + chunk * kQueryChunk;
+      float top = 0.0f;
+      for (std::uint32_t i = 0; i < kQueryChunk; ++i) top = std::max(top, std::fabs(q[first + i]));
+      const float step = top / 127.0f;
+      for (std::uint32_t i = 0; i < kQueryChunk; ++i)
+        codes[first + i] =
+            static_cast<std::int8_t>(step > 0.0f ? std::nearbyint(q[first + i] / step) : 0.0f);
+      for (std::uint32_t p = 0; p < kQueryChunk / 32; ++p)
+        step_of[h * parts + chunk * kQueryChunk / 32 + p] = step;
+    }
+
   QuantizedQuery out;
-  out.codes.resize(std::size_t{group} * dim);
+  if (isa_ == VectorIsa::avx2) {
+    out.wide_codes.resize(codes.size());
+    out.pair_steps.resize(std::size_t{parts} * 8);
+    if (keys_ == Rows::int4) out.pair_sums.resize(out.pair_steps.size());
+    std::vector<std::int32_t> sum_of(step_of.size(), 0);
+    for (std::uint32_t h = 0; h < group; ++h)
+      for (std::uint32_t e = 0; e < dim; ++e) {
+        const std::int8_t code = codes[std::size_t{h} * dim + e];
+        const std::uint32_t at =
+            keys_ == Rows::int8 ? e : e / 32 * 32 + e % 2 * 16 + e % 32 / 2;  // see keys16_int
+        out.wide_codes[std::size_t{h} * dim + at] = code;
+        sum_of[h * parts + e / 32] += code;
+      }
+    for (std::uint32_t p = 0; p < parts; ++p)
+      for (std::uint32_t lane = 0; lane < 8; ++lane) {
+        const std::uint32_t h = lane / (8 / group);
+        out.pair_steps[p * 8 + lane] = step_of[h * parts + p];
+        if (keys_ == Rows::int4)
+          out.pair_sums[p * 8 + lane] =
+              step_of[h * parts + p] * static_cast<float>(sum_of[h * parts + p]);
+      }
+    return out;
+  }
+
+  out.codes.resize(codes.size());
   out.lane_steps.assign(std::size_t{group} * 16, 0.0f);
-  if (keys == Rows::int8) out.lane_bias.assign(out.lane_steps.size(), 0);
-  if (keys == Rows::int4) out.lane_sums.assign(out.lane_steps.size(), 0.0f);
+  if (keys_ == Rows::int8) out.lane_bias.assign(out.lane_steps.size(), 0);
+  if (keys_ == Rows::int4) out.lane_sums.assign(out.lane_steps.size(), 0.0f);
   for (std::uint32_t h = 0; h < group; ++h) {
     std::int32_t part_sum[4] = {};
     float part_step[4] = {};
-    for (std::uint32_t chunk = 0; chunk < dim / kQueryChunk; ++chunk) {
-      const float* x = q + std::size_t{h} * dim + chunk * kQueryChunk;
-      float top = 0.0f;
-      for (std::uint32_t i = 0; i < kQueryChunk; ++i) top = std::max(top, std::fabs(x[i]));
-      const float step = top / 127.0f;
-      for (std::uint32_t i = 0; i < kQueryChunk; ++i) {
-        const auto code =
-            static_cast<std::int8_t>(step > 0.0f ? std::nearbyint(x[i] / step) : 0.0f);
-        const std::uint32_t e = chunk * kQueryChunk + i;
-        // Where the kernel wants the code (see keys16_int8 and keys16_int4), and the part of
-        // its products (128-bit lane L: lanes 4L..4L+3 after the sums within lanes).
-        std::uint32_t at = e, part = e / 32;
-        if (keys == Rows::int8) {
-          if (dim == 128 && e / 32 == 1) at = e + 32;
-          if (dim == 128 && e / 32 == 2) at = e - 32;
-          part = at % 64 / 16;
-        } else {
-          at = e % 2 * (dim / 2) + e / 2;  // even elements, then odd ones
-        }
-        out.codes[std::size_t{h} * dim + at] = code;
-        part_sum[part] += code;
-        part_step[part] = step;
+    for (std::uint32_t e = 0; e < dim; ++e) {
+      const std::int8_t code = codes[std::size_t{h} * dim + e];
+      // Where the kernel wants the code (see keys16_int8 and keys16_int4), and the part of its
+      // products (128-bit lane L: lanes 4L..4L+3 after the sums within lanes).
+      std::uint32_t at = e, part = e / 32;
+      if (keys_ == Rows::int8) {
+        if (dim == 128 && e / 32 == 1) at = e + 32;
+        if (dim == 128 && e / 32 == 2) at = e - 32;
+        part = at % 64 / 16;
+      } else {
+        at = e % 2 * (dim / 2) + e / 2;  // even elements, then odd ones
       }
+      out.codes[std::size_t{h} * dim + at] = code;
+      part_sum[part] += code;
+      part_step[part] = step_of[h * parts + e / 32];
     }
     for (std::uint32_t lane = 0; lane < 16; ++lane) {
       const std::uint32_t part = lane / 4;
       out.lane_steps[h * 16 + lane] = part_step[part];
-      if (keys == Rows::int8) out.lane_bias[h * 16 + lane] = 128 * part_sum[part];
-      if (keys == Rows::int4)
+      if (keys_ == Rows::int8) out.lane_bias[h * 16 + lane] = 128 * part_sum[part];
+      if (keys_ == Rows::int4)
         out.lane_sums[h * 16 + lane] = part_step[part] * static_cast<float>(part_sum[part]);
     }
   }
@@ -173,13 +201,13 @@ void block_logits(const float* q, std::uint32_t group, std::uint32_t dim, const 
 
 BlockAttention::BlockAttention(std::uint32_t group, std::uint32_t dim, Rows stored_keys,
                                Rows stored_values)
-    : group_(group), dim_(dim) {
+    : group_(group), dim_(dim), isa_(vector_isa()) {
   // Each side read in place where a pass can, else decoded to float32; the portable path where
   // the shape or the CPU has no passes at all.
   const auto choose = [&](Rows stored, bool value, Rows& kind, Pass& pass) {
     kind = stored;
-    pass = pass_for(group, dim, stored, value);
-    if (pass == nullptr) pass = pass_for(group, dim, kind = Rows::float32, value);
+    pass = pass_for(isa_, group, dim, stored, value);
+    if (pass == nullptr) pass = pass_for(isa_, group, dim, kind = Rows::float32, value);
   };
   choose(stored_keys, false, keys_, key_pass_);
   choose(stored_values, true, values_, value_pass_);
@@ -214,18 +242,18 @@ void BlockAttention::operator()(const float* q, const QuantizedQuery* q8, const 
   alignas(64) float weight[kMaxGroup * 16];
   for (std::uint32_t b = 0; b < blocks; ++b) {
     const std::uint32_t j = 16 * b, rows = std::min(16u, n - j);
-    avx512::Block16 block{q,
-                          q8,
-                          keys + j * key_bytes_,
-                          static_cast<const std::byte*>(k.meta) + j * key_meta_,
-                          values + j * value_bytes_,
-                          static_cast<const std::byte*>(v.meta) + j * value_meta_,
-                          rows,
-                          {},
-                          state.m.data(),
-                          state.l.data(),
-                          state.acc.data(),
-                          weight};
+    Block16 block{q,
+                  q8,
+                  keys + j * key_bytes_,
+                  static_cast<const std::byte*>(k.meta) + j * key_meta_,
+                  values + j * value_bytes_,
+                  static_cast<const std::byte*>(v.meta) + j * value_meta_,
+                  rows,
+                  {},
+                  state.m.data(),
+                  state.l.data(),
+                  state.acc.data(),
+                  weight};
     // Each block asks for its share of the next tiles.
     const RowBlock* sides[2] = {&k, &v};
     for (int i = 0; i < 2; ++i) {

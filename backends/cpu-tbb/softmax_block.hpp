@@ -7,6 +7,8 @@
 #include <limits>
 #include <vector>
 
+#include "cpu_features.hpp"
+
 namespace kvcache::cpu {
 
 // Running state for `group` query heads: a reference point m for the logits (the largest seen,
@@ -50,45 +52,55 @@ struct RowBlock {
   std::size_t ahead_bytes = 0;
 };
 
-// The query heads of a KV head in int8 for integer dot products with int8 or int4 keys: per
+// The query heads of a KV head in integers for integer dot products with int8 or int4 keys: per
 // (head, chunk of kQueryChunk elements) codes = rne(q / step) with step = max|q| / 127, so each
-// element is off by at most step / 2. The kernels sum products in four parts per head (parts
-// of whole chunks; for int4 keys part L is group L), in lanes 4L..4L+3.
+// element is off by at most step / 2. Laid out for the kernel family that reads them (see
+// BlockAttention::quantize).
 inline constexpr std::uint32_t kQueryChunk = 64;
 struct QuantizedQuery {
+  // AVX-512 (vpdpbusd): the kernels sum products in four parts per head (parts of whole chunks;
+  // for int4 keys part L is group L), in lanes 4L..4L+3.
   std::vector<std::int8_t> codes;       // [group][dim], in the kernel's order
   std::vector<float> lane_steps;        // [group][16]: the step of the part's chunk
   std::vector<std::int32_t> lane_bias;  // int8 keys, [group][16]: 128 x the part's code sum
   std::vector<float> lane_sums;         // int4 keys, [group][16]: step x the part's code sum
+  // AVX2 (int16 pairs): codes widened, in element order for int8 keys, for int4 keys each group
+  // of 32 as its even elements then its odd ones. The kernels sum products per part of 32
+  // elements (an int4 group) for 8 (head, key) pairs at a time, lane i for head i / (8 / group).
+  std::vector<std::int16_t> wide_codes;  // [group][dim]
+  std::vector<float> pair_steps;         // [dim / 32][8]: the step of the part's chunk
+  std::vector<float> pair_sums;          // int4 keys, [dim / 32][8]: step x the part's code sum
 };
-QuantizedQuery quantize_query(const float* q, std::uint32_t group, std::uint32_t dim, Rows keys);
 
-namespace avx512 {
 struct Block16;
-}
 
 // Adds blocks of keys and values of one shape to softmax states, with kernels chosen once, at
-// construction, for the kinds the rows are stored in. It reads them in place where it can (head
-// dimension 64 or 128, 1, 2, 4 or 8 query heads per KV head: float kinds where the CPU has
-// AVX-512; int8 and int4 by integer dot products, keys with the quantized query and values with
-// weights rounded to int16, where it also has VNNI and KVCACHE_CPU_NO_VNNI is unset); keys() and
-// values() say how it wants them: the stored kind, or float32 rows decoded first.
+// construction, for the kinds the rows are stored in and the CPU (cpu_features.hpp). It reads
+// them in place where it can (head dimension 64 or 128, 1, 2, 4 or 8 query heads per KV head):
+// with AVX-512, float kinds, and int8 and int4 by integer dot products where the CPU also has
+// VNNI; with AVX2, every kind, int8 and int4 by int16 dot products (vpdpwssd with AVX-VNNI,
+// vpmaddwd without). Integer keys meet the quantized query; integer values meet weights rounded
+// to int16. keys() and values() say how it wants the rows: the stored kind, or float32 rows
+// decoded first.
 class BlockAttention {
  public:
   BlockAttention(std::uint32_t group, std::uint32_t dim, Rows stored_keys, Rows stored_values);
   Rows keys() const { return keys_; }
   Rows values() const { return values_; }
+  // q ([group][dim] floats) quantized for the kernels of int8 and int4 keys.
+  QuantizedQuery quantize(const float* q) const;
   // Adds n keys and values to the state. q: [group][dim] floats, and q8 the same quantized
   // (int8 and int4 keys). `logits` has room for group * n floats.
   void operator()(const float* q, const QuantizedQuery* q8, const RowBlock& k, const RowBlock& v,
                   std::uint32_t n, SoftmaxState& state, float* logits) const;
 
  private:
-  using Pass = void (*)(const avx512::Block16&);
+  using Pass = void (*)(const Block16&);
   void portable(const float* q, const RowBlock& k, const RowBlock& v, std::uint32_t n,
                 SoftmaxState& state, float* logits) const;
 
   std::uint32_t group_, dim_;
+  VectorIsa isa_;
   Rows keys_, values_;
   Pass key_pass_ = nullptr, value_pass_ = nullptr;  // null: the portable path
   std::size_t key_bytes_ = 0, key_meta_ = 0, value_bytes_ = 0, value_meta_ = 0;  // per row

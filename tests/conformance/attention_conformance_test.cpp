@@ -76,16 +76,27 @@ double format_tolerance(const std::string& format) {
 }
 
 // Whether the backend rounds q to int8 for integer dot products: cpu-tbb does for int8 keys and
-// int4 keys in groups of 32 (every shape here has such a kernel) where the CPU has AVX-512 VNNI,
-// unless KVCACHE_CPU_NO_VNNI is set (ctest runs the int8 cases both ways) or scores are accumulated
-// (they keep the float logits). It then computes attention for round_query(q) exactly.
+// int4 keys in groups of 32 (every shape here has such a kernel), unless scores are accumulated
+// (they keep the float logits), with its AVX-512 kernels where the CPU also has VNNI and
+// KVCACHE_CPU_NO_VNNI is unset, and with its AVX2 kernels always. KVCACHE_CPU_ISA caps the
+// family (ctest runs the cpu-tbb cases with each). It then computes attention for round_query(q)
+// exactly.
 bool rounds_query(const std::string& backend, const std::string& format, bool scores) {
+  if (backend != "cpu-tbb" || (format != "int8-per-token" && format != "int4-group") || scores)
+    return false;
 #if defined(__x86_64__) || defined(__i386__)
-  const char* off = std::getenv("KVCACHE_CPU_NO_VNNI");
-  const bool forced_off = off != nullptr && *off != '\0' && std::string_view(off) != "0";
-  return backend == "cpu-tbb" && (format == "int8-per-token" || format == "int4-group") &&
-         !scores && !forced_off && __builtin_cpu_supports("avx512vnni") &&
-         __builtin_cpu_supports("avx512bw");
+  const auto set = [](const char* variable) {
+    const char* value = std::getenv(variable);
+    return value != nullptr && *value != '\0' && std::string_view(value) != "0";
+  };
+  const std::string_view cap = set("KVCACHE_CPU_ISA") ? std::getenv("KVCACHE_CPU_ISA") : "";
+  const bool avx2 = cap != "portable" && __builtin_cpu_supports("avx2") &&
+                    __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  const bool avx512 = avx2 && cap != "avx2" && __builtin_cpu_supports("avx512f") &&
+                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl");
+  if (avx512) return __builtin_cpu_supports("avx512vnni") && !set("KVCACHE_CPU_NO_VNNI");
+  return avx2;
 #else
   return false;
 #endif

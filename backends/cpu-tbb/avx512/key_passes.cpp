@@ -1,5 +1,5 @@
 // The key passes: 16 keys against the G query heads of their KV head, to softmax weights.
-#include "block16.hpp"
+#include "vectors.hpp"
 
 namespace kvcache::cpu::avx512 {
 namespace {

@@ -1,5 +1,5 @@
 // The value passes: the weights of a block of 16 times its values, into the accumulators.
-#include "block16.hpp"
+#include "vectors.hpp"
 
 namespace kvcache::cpu::avx512 {
 namespace {
@@ -42,17 +42,11 @@ KVCACHE_AVX512 void values16(const Block16& b) {
   }
 }
 
-// Quantized values meet their weights in integer dot products, two tokens at a time
-// (vpdpwssd: int16 pairs into int32): per head, the block's weights times the rows' scales are
-// rounded to int16 against a bound on them (int8: their largest), so each is off by at most
-// bound / 65534. With int8 codes (|c| <= 127) a block of 16 then errs by at most
-// 16 x 127 / 65534 x bound < bound / 32, while the rounding of its rows (half a step each) may
-// cost sum(weight x scale) / 2 >= bound / 2: the weights add at most 1/16 to the format's worst
-// case. The integer sums, exact, are scaled once per block.
+// Quantized values meet their weights in integer dot products (see kLargestCode), two tokens at
+// a time (vpdpwssd: int16 pairs into int32).
 
 // Rounds 16 weights already scaled to at most kLargestCode to int16 codes (the narrowing
 // saturates, for the hair by which the reciprocal may pass it).
-inline constexpr float kLargestCode = 32767.0f;
 KVCACHE_AVX512 KVCACHE_INLINE void store_codes(__m512 scaled, std::int16_t* codes) {
   _mm256_store_si256(reinterpret_cast<__m256i*>(codes),
                      _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(scaled)));

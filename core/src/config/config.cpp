@@ -34,8 +34,9 @@ constexpr std::string_view kBackendVariable = "KVCACHE_BACKEND";
 constexpr std::string_view kPluginPathVariable = "KVCACHE_PLUGIN_PATH";
 // Read by the command-line tool, not by the config.
 constexpr std::string_view kLogLevelVariable = "KVCACHE_LOG_LEVEL";
-// Read by the cpu-tbb backend (keeps its float kernels for quantized keys), not by the config.
-constexpr std::string_view kCpuNoVnniVariable = "KVCACHE_CPU_NO_VNNI";
+// Read by the cpu-tbb backend (which kernels it may use), not by the config.
+constexpr std::array<std::string_view, 2> kCpuVariables = {"KVCACHE_CPU_ISA",
+                                                           "KVCACHE_CPU_NO_VNNI"};
 
 // A variable that sets one key; `key` is empty for a component section (a name, no options).
 struct EnvKey {
@@ -314,7 +315,7 @@ void Overlay::apply_environment(const Environment& env) {
   YamlReader reader("environment", errors_);
   for (const auto& [variable, value] : env) {
     if (!variable.starts_with(kEnvPrefix) || variable == kLogLevelVariable ||
-        variable == kCpuNoVnniVariable)
+        std::find(kCpuVariables.begin(), kCpuVariables.end(), variable) != kCpuVariables.end())
       continue;
     const SourceLocation where{"environment variable " + variable, 0, 0};
     if (variable == kBackendVariable) {
@@ -343,7 +344,8 @@ void Overlay::apply_environment(const Environment& env) {
     if (known == kEnvKeys.end()) {
       // Compare without the shared prefix, which would make every name look near.
       std::vector<std::string_view> names = {kBackendVariable, kPluginPathVariable,
-                                             kLogLevelVariable, kCpuNoVnniVariable};
+                                             kLogLevelVariable};
+      names.insert(names.end(), kCpuVariables.begin(), kCpuVariables.end());
       for (const EnvKey& k : kEnvKeys) names.push_back(k.variable);
       for (std::string_view& name : names) name.remove_prefix(kEnvPrefix.size());
       const auto nearest =

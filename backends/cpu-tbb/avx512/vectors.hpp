@@ -1,6 +1,5 @@
-// What the AVX-512 attention kernels share: a block of 16 keys with their values (Block16),
-// the two passes over it, and the vector arithmetic both use: exp2, lane sums, row loads,
-// prefetches spread through the compute, the softmax update, and int4 group parameters.
+// The vector arithmetic the AVX-512 passes share: exp2, lane sums, row loads, the softmax
+// update, and int4 group parameters.
 #pragma once
 
 #include <immintrin.h>
@@ -12,12 +11,11 @@
 #include <cstdint>
 #include <cstring>
 
-#include "../softmax_block.hpp"
+#include "../block16.hpp"
 
 #define KVCACHE_AVX512 __attribute__((target("avx512f,avx512dq,avx512bw")))
 // Integer dot products (vpdpbusd, vpdpwssd) on top of the above.
 #define KVCACHE_VNNI __attribute__((target("avx512f,avx512dq,avx512bw,avx512vnni")))
-#define KVCACHE_INLINE inline __attribute__((always_inline))
 // GCC 12's AVX-512 headers warn about their own placeholders (GCC bug 105593): code using them
 // sits between these.
 #define KVCACHE_KERNELS_BEGIN                                                          \
@@ -29,21 +27,13 @@ namespace kvcache::cpu::avx512 {
 
 KVCACHE_KERNELS_BEGIN
 
-inline constexpr std::uint32_t kMaxDim = 128, kMaxGroup = 8;  // of the specialized shapes
-
-// 2^x: x = n + f with f in [-1/2, 1/2], 2^f by a degree-6 polynomial (relative error < 2e-7),
-// then scaled by 2^n with vscalefps.
+// 2^x (kExp2Polynomial), scaled by 2^n with vscalefps.
 KVCACHE_AVX512 KVCACHE_INLINE __m512 exp2_avx512(__m512 x) {
   x = _mm512_max_ps(x, _mm512_set1_ps(-126.0f));
   const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(x, n);
-  __m512 p = _mm512_set1_ps(1.5403530393381606e-4f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076284772e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108664821580e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650695910071e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718055994531e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  __m512 p = _mm512_set1_ps(kExp2Polynomial[0]);
+  for (int i = 1; i < 7; ++i) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExp2Polynomial[i]));
   return _mm512_scalef_ps(p, n);
 }
 
@@ -126,48 +116,6 @@ KVCACHE_AVX512 KVCACHE_INLINE __m512 load_floats16(const void* rows, std::size_t
     // bf16 is the top half of a float32.
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(codes), 16));
   }
-}
-// What an fp8 code read by load_floats16 is short of: it multiplies the row's scale.
-inline constexpr float kFp8Unit = 256.0f;
-
-// What the passes over a block read: q (float, or quantized for int8/int4 keys), 16 key rows
-// (zeros past n), n value rows (an even number for the integer passes: an odd block gets a row
-// of zeros), the tiles to prefetch, and the softmax state of the G heads.
-struct Block16 {
-  const float* q;
-  const QuantizedQuery* q8;
-  const void* k;
-  const void* k_meta;  // scales (fp8, int8, int4 keys): 16 rows
-  const void* v;
-  const void* v_meta;  // scales (fp8, int8, int4 values): n rows
-  std::uint32_t n;
-  struct Ahead {
-    const std::byte* from;
-    std::uint32_t lines;
-  } ahead[2];  // lines of the next K and V tiles asked for here
-  float* m;
-  float* l;
-  float* acc;
-  float* weight;  // [G][16], aligned: the key pass's weights in token order, for the value pass
-};
-
-// Asks for shares [first, first + count) (of 32) of the prefetch lines, so they spread through
-// the compute instead of leaving in one burst that overflows the L1 miss buffers: the key pass
-// asks for shares 0..15, the value pass for 16..31 (one per row). Into L2 (hint 2), which leaves
-// the L1 miss buffers to the loads (int8 about 1.2x faster here than with hint 3).
-inline constexpr std::uint32_t kShares = 32;
-KVCACHE_INLINE void prefetch_shares(const Block16& b, std::uint32_t first, std::uint32_t count) {
-  for (const Block16::Ahead& a : b.ahead) {
-    const std::uint32_t per_share = (a.lines + kShares - 1) / kShares;
-    for (std::uint32_t i = first * per_share; i < std::min(a.lines, (first + count) * per_share);
-         ++i)
-      __builtin_prefetch(a.from + std::size_t{i} * 64, 0, 2);
-  }
-}
-// The key pass's shares for head (or pass) g of G.
-template <int G>
-KVCACHE_INLINE void prefetch_key_shares(const Block16& b, int g) {
-  prefetch_shares(b, static_cast<std::uint32_t>(g) * kShares / 2 / G, kShares / 2 / G);
 }
 
 // One head's base-2 softmax update for the logits of 16 slots, the first n present (the others
@@ -269,36 +217,6 @@ KVCACHE_AVX512 KVCACHE_INLINE GroupParams<D> group_params(const void* meta, std:
     out.minimum[i] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(pairs[i], 1));
   }
   return out;
-}
-
-// A pass over a block of 16: keys to weights, or weights and values to the accumulators.
-using Pass16 = void (*)(const Block16&);
-
-// The pass for G query heads per KV head and head dimension D (G of 1, 2, 4 or 8; D of 64 or
-// 128), or null; defined in key_passes.cpp and value_passes.cpp.
-Pass16 key_pass(std::uint32_t group, std::uint32_t dim, Rows keys);
-Pass16 value_pass(std::uint32_t group, std::uint32_t dim, Rows values);
-
-// pick.template operator()<G, D>() for a specialized shape, or null.
-template <class Pick>
-Pass16 for_shape(std::uint32_t group, std::uint32_t dim, Pick pick) {
-  const auto with_dim = [&]<int D>() -> Pass16 {
-    switch (group) {
-      case 1:
-        return pick.template operator()<1, D>();
-      case 2:
-        return pick.template operator()<2, D>();
-      case 4:
-        return pick.template operator()<4, D>();
-      case 8:
-        return pick.template operator()<8, D>();
-      default:
-        return nullptr;
-    }
-  };
-  if (dim == 64) return with_dim.template operator()<64>();
-  if (dim == 128) return with_dim.template operator()<128>();
-  return nullptr;
 }
 
 KVCACHE_KERNELS_END

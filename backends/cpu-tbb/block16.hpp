@@ -1,0 +1,116 @@
+// A block of 16 keys with their values, what the kernels of every vector family read
+// (Block16), and the two passes over it: keys to softmax weights, weights and values to the
+// accumulators. Each family (avx512/, avx2/) specializes its passes per shape.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "softmax_block.hpp"
+
+#define KVCACHE_INLINE inline __attribute__((always_inline))
+
+namespace kvcache::cpu {
+
+inline constexpr std::uint32_t kMaxDim = 128, kMaxGroup = 8;  // of the specialized shapes
+
+// What an fp8 code read as fp16 (see load_floats16) is short of: it multiplies the row's scale.
+inline constexpr float kFp8Unit = 256.0f;
+
+// 2^x = 2^n 2^f with n = x rounded and f in [-1/2, 1/2]: 2^f by this degree-6 polynomial (highest
+// power first; relative error < 2e-7).
+inline constexpr float kExp2Polynomial[7] = {1.5403530393381606e-4f,
+                                             1.3333558146428443e-3f,
+                                             9.6181291076284772e-3f,
+                                             5.5504108664821580e-2f,
+                                             2.4022650695910071e-1f,
+                                             6.9314718055994531e-1f,
+                                             1.0f};
+
+// Integer value passes: per head, the block's weights times the rows' scales are rounded to int16
+// against a bound on them (int8: their largest) scaled to kLargestCode, so each is off by at most
+// bound / 65534. With int8 codes (|c| <= 127) a block of 16 then errs by at most
+// 16 x 127 / 65534 x bound < bound / 32, while the rounding of its rows (half a step each) may
+// cost sum(weight x scale) / 2 >= bound / 2: the weights add at most 1/16 to the format's worst
+// case. The integer sums, exact, are scaled once per block.
+inline constexpr float kLargestCode = 32767.0f;
+
+// What the passes over a block read: q (float, or quantized for int8/int4 keys), 16 key rows
+// (zeros past n), n value rows (an even number for the integer passes: an odd block gets a row
+// of zeros), the tiles to prefetch, and the softmax state of the G heads.
+struct Block16 {
+  const float* q;
+  const QuantizedQuery* q8;
+  const void* k;
+  const void* k_meta;  // scales (fp8, int8, int4 keys): 16 rows
+  const void* v;
+  const void* v_meta;  // scales (fp8, int8, int4 values): n rows
+  std::uint32_t n;
+  struct Ahead {
+    const std::byte* from;
+    std::uint32_t lines;
+  } ahead[2];  // lines of the next K and V tiles asked for here
+  float* m;
+  float* l;
+  float* acc;
+  float* weight;  // [G][16], aligned: the key pass's weights in token order, for the value pass
+};
+
+// Asks for shares [first, first + count) (of 32) of the prefetch lines, so they spread through
+// the compute instead of leaving in one burst that overflows the L1 miss buffers: the key pass
+// asks for shares 0..15, the value pass for 16..31 (one per row). Into L2 (hint 2), which leaves
+// the L1 miss buffers to the loads (int8 about 1.2x faster here than with hint 3).
+inline constexpr std::uint32_t kShares = 32;
+KVCACHE_INLINE void prefetch_shares(const Block16& b, std::uint32_t first, std::uint32_t count) {
+  for (const Block16::Ahead& a : b.ahead) {
+    const std::uint32_t per_share = (a.lines + kShares - 1) / kShares;
+    for (std::uint32_t i = first * per_share; i < std::min(a.lines, (first + count) * per_share);
+         ++i)
+      __builtin_prefetch(a.from + std::size_t{i} * 64, 0, 2);
+  }
+}
+// The key pass's shares for head (or pass) g of G.
+template <int G>
+KVCACHE_INLINE void prefetch_key_shares(const Block16& b, int g) {
+  prefetch_shares(b, static_cast<std::uint32_t>(g) * kShares / 2 / G, kShares / 2 / G);
+}
+
+// A pass over a block of 16: keys to weights, or weights and values to the accumulators.
+using Pass16 = void (*)(const Block16&);
+
+// The passes for G query heads per KV head and head dimension D (G of 1, 2, 4 or 8; D of 64 or
+// 128), or null; defined in each family's key_passes.cpp and value_passes.cpp. The AVX2 family
+// has integer passes with and without AVX-VNNI.
+namespace avx512 {
+Pass16 key_pass(std::uint32_t group, std::uint32_t dim, Rows keys);
+Pass16 value_pass(std::uint32_t group, std::uint32_t dim, Rows values);
+}  // namespace avx512
+namespace avx2 {
+Pass16 key_pass(std::uint32_t group, std::uint32_t dim, Rows keys, bool vnni);
+Pass16 value_pass(std::uint32_t group, std::uint32_t dim, Rows values, bool vnni);
+}  // namespace avx2
+
+// pick.template operator()<G, D>() for a specialized shape, or null.
+template <class Pick>
+Pass16 for_shape(std::uint32_t group, std::uint32_t dim, Pick pick) {
+  const auto with_dim = [&]<int D>() -> Pass16 {
+    switch (group) {
+      case 1:
+        return pick.template operator()<1, D>();
+      case 2:
+        return pick.template operator()<2, D>();
+      case 4:
+        return pick.template operator()<4, D>();
+      case 8:
+        return pick.template operator()<8, D>();
+      default:
+        return nullptr;
+    }
+  };
+  if (dim == 64) return with_dim.template operator()<64>();
+  if (dim == 128) return with_dim.template operator()<128>();
+  return nullptr;
+}
+
+}  // namespace kvcache::cpu

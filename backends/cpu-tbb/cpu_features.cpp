@@ -1,0 +1,66 @@
+#include "cpu_features.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
+
+namespace kvcache::cpu {
+namespace {
+
+VectorIsa widest_supported() {
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl");
+  return avx512 ? VectorIsa::avx512 : avx2 ? VectorIsa::avx2 : VectorIsa::portable;
+}
+
+bool set(const char* variable) {
+  const char* value = std::getenv(variable);
+  return value != nullptr && *value != '\0' && std::string_view(value) != "0";
+}
+
+}  // namespace
+
+VectorIsa vector_isa() {
+  static const VectorIsa isa = [] {
+    const VectorIsa widest = widest_supported();
+    const char* cap = std::getenv("KVCACHE_CPU_ISA");
+    if (cap == nullptr || *cap == '\0') return widest;
+    const std::string_view name(cap);
+    VectorIsa allowed = widest;
+    if (name == "portable") {
+      allowed = VectorIsa::portable;
+    } else if (name == "avx2") {
+      allowed = VectorIsa::avx2;
+    } else if (name != "avx512") {
+      // A plugin has no logger of the host's; stderr is where a user running it looks.
+      std::fprintf(stderr,
+                   "kvcache cpu-tbb: KVCACHE_CPU_ISA=%s ignored (expected avx512, avx2 or "
+                   "portable)\n",
+                   cap);
+    }
+    return allowed < widest ? allowed : widest;
+  }();
+  return isa;
+}
+
+bool has_vnni() {
+  static const bool yes = [] {
+    if (set("KVCACHE_CPU_NO_VNNI")) return false;
+    switch (vector_isa()) {
+      case VectorIsa::avx512:
+        return __builtin_cpu_supports("avx512vnni") != 0;
+      case VectorIsa::avx2:
+        return __builtin_cpu_supports("avxvnni") != 0;
+      case VectorIsa::portable:
+        return false;
+    }
+    return false;
+  }();
+  return yes;
+}
+
+}  // namespace kvcache::cpu

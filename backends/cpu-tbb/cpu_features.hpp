@@ -1,0 +1,18 @@
+// Which vector kernels the CPU backend may use, decided once per process from what the CPU has
+// and two variables (so that every family can be tested on one machine):
+//   KVCACHE_CPU_ISA=avx512|avx2|portable  the widest family allowed (never wider than the CPU's)
+//   KVCACHE_CPU_NO_VNNI=1                 no integer dot-product instructions
+#pragma once
+
+namespace kvcache::cpu {
+
+enum class VectorIsa { portable, avx2, avx512 };
+
+// avx512: AVX-512 F, DQ, BW and VL with F16C and FMA; avx2: AVX2 with F16C and FMA.
+VectorIsa vector_isa();
+
+// Whether vector_isa()'s width has integer dot products: AVX512_VNNI for avx512, AVX-VNNI for
+// avx2.
+bool has_vnni();
+
+}  // namespace kvcache::cpu
