@@ -1,6 +1,7 @@
 #include "cpu_attention.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <atomic>
 #include <cmath>
 #include <numbers>
@@ -16,6 +17,8 @@
 #include "kvcache/numeric.hpp"
 #include "kvcache/paging/attention_plan.hpp"
 #include "paged_store.hpp"
+#include "query_tiles.hpp"
+#include "block16.hpp"
 #include "softmax_block.hpp"
 
 namespace kvcache::cpu {
@@ -23,9 +26,11 @@ namespace {
 
 using Segment = paging::SlotSpan;
 
-// One unit of work: some key slots of one query and one KV head.
+// One unit of work: some key slots of `width` consecutive queries (a tile, see query_tiles.hpp)
+// and one KV head.
 struct Item {
   std::size_t query;
+  std::uint32_t width;
   std::uint32_t kv_head;
   std::vector<Segment> segments;
 };
@@ -81,22 +86,27 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
       }
   }
 
-  // Work: each query x KV head, its visible slots split when there is too little parallelism.
+  // Prefill queries in tiles of up to kMaxGroup query heads per KV head (not when scores are
+  // accumulated: that pass walks each query's keys).
+  const std::uint32_t max_width =
+      prefill && !r.accumulate_scores && group <= kMaxGroup / 2 ? kMaxGroup / group : 1;
+  const QueryTiles tiled = tile_queries(plan, max_width);
+
+  // Work: each tile's shared slots and each query's own, per KV head, split when there is too
+  // little parallelism.
   const std::uint64_t threads = static_cast<std::uint64_t>(tbb::this_task_arena::max_concurrency());
-  const std::vector<std::vector<Segment>>& visible = plan.visible;
   const std::uint64_t pairs = queries * kv_heads;
   const std::uint64_t splits = pairs >= 4 * threads ? 1 : (4 * threads + pairs - 1) / pairs;
   std::vector<Item> items;
-  std::vector<std::size_t> first_item(queries * kv_heads + 1);
-  for (std::uint64_t i = 0; i < queries; ++i) {
+  const auto add_items = [&](std::size_t query, std::uint32_t width,
+                             const std::vector<Segment>& slots) {
     std::uint64_t total = 0;
-    for (const Segment& s : visible[i]) total += s.end - s.begin;
+    for (const Segment& s : slots) total += s.end - s.begin;
     const std::uint64_t chunk = std::max<std::uint64_t>(512, (total + splits - 1) / splits);
     for (std::uint32_t h = 0; h < kv_heads; ++h) {
-      first_item[i * kv_heads + h] = items.size();
-      Item item{i, h, {}};
+      Item item{query, width, h, {}};
       std::uint64_t taken = 0;
-      for (const Segment& s : visible[i]) {
+      for (const Segment& s : slots) {
         for (std::uint64_t b = s.begin; b < s.end;) {
           const std::uint64_t e = std::min(s.end, b + (chunk - taken));
           item.segments.push_back({b, e});
@@ -104,16 +114,16 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
           b = e;
           if (taken == chunk) {
             items.push_back(std::move(item));
-            item = Item{i, h, {}};
+            item = Item{query, width, h, {}};
             taken = 0;
           }
         }
       }
-      if (!item.segments.empty() || first_item[i * kv_heads + h] == items.size())
-        items.push_back(std::move(item));
+      if (!item.segments.empty()) items.push_back(std::move(item));
     }
-  }
-  first_item.back() = items.size();
+  };
+  for (const QueryTile& tile : tiled.tiles) add_items(tile.first, tile.width, tile.shared);
+  for (std::uint64_t i = 0; i < queries; ++i) add_items(i, 1, tiled.own[i]);
 
   // How K and V reach the kernels: BlockAttention reads fp16, bf16, fp8, int8 and int4 (groups
   // of 32) rows in place where it can; everything else is decoded into float32 rows first.
@@ -138,13 +148,16 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
         return Rows::float32;
     }
   };
-  const BlockAttention attend(group, dim, r.accumulate_scores ? Rows::float32 : stored_kind(kc),
-                              stored_kind(vc));
-  const Rows key_rows = attend.keys(), stored_values = attend.values();
+  // Kernels per tile width (1, 2, 4, ...: index log2 of it).
+  std::vector<BlockAttention> attend;
+  for (std::uint32_t width = 1; width <= max_width; width *= 2)
+    attend.emplace_back(group * width, dim, r.accumulate_scores ? Rows::float32 : stored_kind(kc),
+                        stored_kind(vc));
+  const auto quantized = [](Rows keys) { return keys == Rows::int8 || keys == Rows::int4; };
   std::vector<QuantizedQuery> q8;  // per (query, KV head), for int8 and int4 keys
-  if (key_rows == Rows::int8 || key_rows == Rows::int4)
+  if (quantized(attend[0].keys()))
     for (std::uint64_t pair = 0; pair < queries * kv_heads; ++pair)
-      q8.push_back(attend.quantize(q.data() + pair * group * dim));
+      q8.push_back(attend[0].quantize(q.data() + pair * group * dim));
 
   // Walks the key blocks of an item (at most one page each): rows read in place are passed as
   // they are stored (with their next tile to prefetch), the others decoded into k and v; values
@@ -209,26 +222,41 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
                       });
   };
 
-  std::vector<SoftmaxState> partial(items.size(), SoftmaxState(group, dim));
+  std::vector<SoftmaxState> partial;
+  partial.reserve(items.size());
+  for (const Item& item : items) partial.emplace_back(group * item.width, dim);
   for_each_item([&](std::size_t it, float* k, float* v, float* logits) {
     const Item& item = items[it];
+    const BlockAttention& kernels = attend[std::countr_zero(item.width)];
     const std::size_t pair = item.query * kv_heads + item.kv_head;
     const float* qg = q.data() + pair * group * dim;
     const QuantizedQuery* qq = q8.empty() ? nullptr : &q8[pair];
-    for_each_block(item, k, v, key_rows, stored_values, true,
+    // A tile's query heads for this KV head, one query's after another.
+    std::vector<float> tile_q;
+    QuantizedQuery tile_q8;
+    if (item.width > 1) {
+      for (std::uint32_t j = 0; j < item.width; ++j) {
+        const float* from = q.data() + ((item.query + j) * kv_heads + item.kv_head) * group * dim;
+        tile_q.insert(tile_q.end(), from, from + std::size_t{group} * dim);
+      }
+      qg = tile_q.data();
+      if (quantized(kernels.keys())) qq = &(tile_q8 = kernels.quantize(qg));
+    }
+    for_each_block(item, k, v, kernels.keys(), kernels.values(), true,
                    [&](const RowBlock& keys, const RowBlock& values, std::uint64_t,
-                       std::uint32_t n) { attend(qg, qq, keys, values, n, partial[it], logits); });
+                       std::uint32_t n) { kernels(qg, qq, keys, values, n, partial[it], logits); });
   });
 
-  // Merge the splits of each (query, KV head), normalize, write.
-  std::vector<SoftmaxState> merged;
-  merged.reserve(queries * kv_heads);
+  // Gather the parts of each (query, KV head), normalize, write.
+  std::vector<SoftmaxState> merged(queries * kv_heads, SoftmaxState(group, dim));
+  for (std::size_t it = 0; it < items.size(); ++it)
+    for (std::uint32_t j = 0; j < items[it].width; ++j)
+      merged[(items[it].query + j) * kv_heads + items[it].kv_head].merge(partial[it], dim,
+                                                                          j * group);
   std::vector<float> weight_sums(queries * heads);  // [pair][group]
   std::vector<float> row(dim);
   for (std::uint64_t pair = 0; pair < queries * kv_heads; ++pair) {
-    SoftmaxState state = partial[first_item[pair]];
-    for (std::size_t it = first_item[pair] + 1; it < first_item[pair + 1]; ++it)
-      state.merge(partial[it], dim);
+    const SoftmaxState& state = merged[pair];
     for (std::uint32_t g = 0; g < group; ++g) {
       const float sum = weight_sums[pair * group + g] = state.weight_sum(g);
       const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
@@ -238,7 +266,6 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
       const std::uint32_t head = static_cast<std::uint32_t>(pair % kv_heads) * group + g;
       store_row(*r.out, query * heads + head, row.data(), dim);
     }
-    merged.push_back(std::move(state));
   }
 
   if (!r.accumulate_scores) return;

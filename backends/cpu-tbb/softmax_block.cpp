@@ -322,17 +322,18 @@ void SoftmaxState::rescale(std::uint32_t g, float factor, std::uint32_t dim) {
   for (std::uint32_t i = 0; i < dim; ++i) acc[std::size_t{g} * dim + i] *= factor;
 }
 
-void SoftmaxState::merge(const SoftmaxState& other, std::uint32_t dim) {
+void SoftmaxState::merge(const SoftmaxState& other, std::uint32_t dim, std::uint32_t first_head) {
   for (std::uint32_t g = 0; g < m.size(); ++g) {
-    if (other.weight_sum(g) == 0.0f) continue;
-    const float top = std::max(m[g], other.m[g]);
+    const std::uint32_t o = first_head + g;
+    if (other.weight_sum(o) == 0.0f) continue;
+    const float top = std::max(m[g], other.m[o]);
     const float mine = weight_sum(g) == 0.0f ? 0.0f : std::exp2(m[g] - top);
-    const float theirs = std::exp2(other.m[g] - top);
+    const float theirs = std::exp2(other.m[o] - top);
     rescale(g, mine, dim);
     for (std::uint32_t i = 0; i < kLanes; ++i)
-      l[std::size_t{g} * kLanes + i] += other.l[std::size_t{g} * kLanes + i] * theirs;
+      l[std::size_t{g} * kLanes + i] += other.l[std::size_t{o} * kLanes + i] * theirs;
     for (std::uint32_t i = 0; i < dim; ++i)
-      acc[std::size_t{g} * dim + i] += other.acc[std::size_t{g} * dim + i] * theirs;
+      acc[std::size_t{g} * dim + i] += other.acc[std::size_t{o} * dim + i] * theirs;
     m[g] = top;
   }
 }

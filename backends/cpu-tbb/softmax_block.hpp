@@ -30,8 +30,9 @@ struct SoftmaxState {
   float weight_sum(std::uint32_t g) const;
   // Multiplies head g's weights (and what they accumulated) by `factor`.
   void rescale(std::uint32_t g, float factor, std::uint32_t dim);
-  // Folds in a state computed over other keys of the same queries.
-  void merge(const SoftmaxState& other, std::uint32_t dim);
+  // Folds in a state computed over other keys of the same queries: other's heads from
+  // first_head on (a tile's state holds several queries' heads).
+  void merge(const SoftmaxState& other, std::uint32_t dim, std::uint32_t first_head = 0);
 };
 
 // Base-2 logits of a block: logits[g * n + j] = q_g . k_j, with q already scaled by

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <tbb/global_control.h>
@@ -11,16 +12,24 @@
 
 #include "kvcache/formats.hpp"
 #include "kvcache/host_tensor.hpp"
+#include "kvcache/status.hpp"
 #include "memory_bandwidth.hpp"
 
 namespace kvcache::tool {
 namespace {
 
-std::uint64_t visible_tokens(const std::vector<PositionRange>& ranges, std::uint64_t tokens) {
+// Positions in [0, tokens) inside any of the ranges.
+std::uint64_t visible_tokens(std::vector<PositionRange> ranges, std::uint64_t tokens) {
+  std::sort(ranges.begin(), ranges.end(),
+            [](const PositionRange& a, const PositionRange& b) { return a.begin < b.begin; });
   std::uint64_t n = 0;
-  for (const PositionRange& r : ranges)
-    n += static_cast<std::uint64_t>(std::clamp<Position>(r.end, 0, tokens) -
-                                    std::clamp<Position>(r.begin, 0, tokens));
+  Position covered = 0;
+  for (const PositionRange& r : ranges) {
+    const Position begin = std::clamp<Position>(std::max(r.begin, covered), 0, tokens);
+    const Position end = std::clamp<Position>(r.end, 0, tokens);
+    if (end > begin) n += static_cast<std::uint64_t>(end - begin);
+    covered = std::max(covered, end);
+  }
   return n;
 }
 
@@ -68,30 +77,52 @@ AttentionBenchResult run_attention_benchmark(const Registry& registry,
     store->append(0, ids, counts, t, t);
   }
 
-  // One query token per sequence at the last position, with the mask's ranges.
+  // The last `queries` positions of each sequence query, with the mask's ranges.
+  if (o.queries == 0 || o.queries > o.tokens)
+    throw Error(Code::invalid_argument, "queries must be between 1 and the cached tokens (" +
+                                            std::to_string(o.tokens) + ")");
+  const std::uint64_t queries = std::uint64_t{o.batch} * o.queries;
   const auto mask = registry.create_mask(o.mask.name, o.mask.options);
   const std::uint32_t max_ranges = mask->describe().max_ranges;
-  std::vector<PositionRange> ranges(std::size_t{o.batch} * max_ranges);
-  std::vector<std::uint32_t> range_counts(o.batch);
-  mask->visible(std::vector<Position>(o.batch, static_cast<Position>(o.tokens) - 1), ranges,
-                range_counts);
-  std::uint64_t visible = 0;
+  std::vector<PositionRange> ranges(queries * max_ranges);
+  std::vector<std::uint32_t> range_counts(queries);
+  std::vector<Position> positions;
   for (std::uint32_t i = 0; i < o.batch; ++i)
-    visible += visible_tokens(
-        {ranges.begin() + i * max_ranges, ranges.begin() + i * max_ranges + range_counts[i]},
-        o.tokens);
+    for (std::uint32_t j = 0; j < o.queries; ++j)
+      positions.push_back(static_cast<Position>(o.tokens - o.queries + j));
+  mask->visible(positions, ranges, range_counts);
+  std::uint64_t visible = 0, keys_seen = 0;  // per sequence, per query
+  for (std::uint32_t i = 0; i < o.batch; ++i) {
+    std::vector<PositionRange> of_sequence;
+    for (std::uint64_t query = std::uint64_t{i} * o.queries; query < (i + 1ull) * o.queries;
+         ++query) {
+      const auto first = ranges.begin() + static_cast<std::ptrdiff_t>(query * max_ranges);
+      const std::vector<PositionRange> mine(first, first + range_counts[query]);
+      keys_seen += visible_tokens(mine, o.tokens);
+      of_sequence.insert(of_sequence.end(), mine.begin(), mine.end());
+    }
+    visible += visible_tokens(of_sequence, o.tokens);
+  }
 
-  std::vector<float> q(std::size_t{o.batch} * o.q_heads * o.head_dim), out(q.size());
+  std::vector<float> q(queries * o.q_heads * o.head_dim), out(q.size());
   for (float& x : q) x = normal(rng);
-  std::int64_t q_shape[3] = {o.batch, o.q_heads, o.head_dim};
+  std::int64_t q_shape[3] = {static_cast<std::int64_t>(queries), o.q_heads, o.head_dim};
   DLTensor qt = host_tensor(q.data(), q_shape);
   DLTensor ot = qt;
   ot.data = out.data();
+  const std::vector<std::uint32_t> query_counts(o.batch, o.queries);
   AttentionRequest request;
   request.sequences = ids;
+  if (o.queries > 1) request.query_counts = query_counts;
   request.q = &qt;
   request.out = &ot;
   request.visible = {ranges, range_counts, max_ranges};
+  const auto call = [&] {
+    if (o.queries > 1)
+      attention->prefill(*store, request);
+    else
+      attention->decode(*store, request);
+  };
 
   AttentionBenchResult result;
   result.threads = threads;
@@ -108,12 +139,12 @@ AttentionBenchResult run_attention_benchmark(const Registry& registry,
     return bench::read_bandwidth_gbps(probe, threads, 3);
   };
   const double bandwidth_before = read_gbps();
-  for (int i = 0; i < 2; ++i) attention->decode(*store, request);  // warm-up
+  for (int i = 0; i < 2; ++i) call();  // warm-up
   std::vector<double> times;
   double total = 0.0;
   while (total < o.min_seconds || times.size() < 5) {
     const auto start = std::chrono::steady_clock::now();
-    attention->decode(*store, request);
+    call();
     times.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     total += times.back();
@@ -124,7 +155,9 @@ AttentionBenchResult run_attention_benchmark(const Registry& registry,
   result.calls = times.size();
   result.gbps = static_cast<double>(result.kv_bytes) / result.seconds / 1e9;
   result.bandwidth_fraction = result.gbps / result.read_bandwidth_gbps;
-  result.tokens_per_second = o.batch / result.seconds;
+  result.tokens_per_second = static_cast<double>(queries) / result.seconds;
+  result.gflops =
+      4.0 * o.q_heads * o.head_dim * static_cast<double>(keys_seen) / result.seconds / 1e9;
   return result;
 }
 
@@ -134,6 +167,7 @@ nlohmann::json to_json(const AttentionBenchOptions& o, const AttentionBenchResul
           {"v_format", o.v_format},
           {"tokens", o.tokens},
           {"batch", o.batch},
+          {"queries", o.queries},
           {"q_heads", o.q_heads},
           {"kv_heads", o.kv_heads},
           {"head_dim", o.head_dim},
@@ -148,7 +182,8 @@ nlohmann::json to_json(const AttentionBenchOptions& o, const AttentionBenchResul
           {"read_bandwidth_gbps", r.read_bandwidth_gbps},
           {"bandwidth_probe", r.bandwidth_probe},
           {"bandwidth_fraction", r.bandwidth_fraction},
-          {"tokens_per_second", r.tokens_per_second}};
+          {"tokens_per_second", r.tokens_per_second},
+          {"gflops", r.gflops}};
 }
 
 }  // namespace kvcache::tool

@@ -1,5 +1,6 @@
-// One layer of decode attention on a backend, timed, beside the machine's read bandwidth
-// measured in the same run: what `kvcache bench attention` reports.
+// One layer of attention on a backend, timed, beside the machine's read bandwidth measured in
+// the same run: what `kvcache bench attention` reports. One query token per sequence is decode;
+// more are a prefill chunk (the last cached tokens as queries).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,7 @@ struct AttentionBenchOptions {
   nlohmann::json v_options = nlohmann::json::object();
   std::uint64_t tokens = 4096;  // cached tokens per sequence
   std::uint32_t batch = 1;
+  std::uint32_t queries = 1;   // query tokens per sequence
   std::uint32_t q_heads = 32;  // Llama-3-8B
   std::uint32_t kv_heads = 8;
   std::uint32_t head_dim = 128;
@@ -30,13 +32,14 @@ struct AttentionBenchOptions {
 };
 
 struct AttentionBenchResult {
-  std::uint64_t kv_bytes = 0;  // K and V bytes read per call, scales included
+  std::uint64_t kv_bytes = 0;  // K and V bytes some query sees, per call, scales included
   double seconds = 0.0;        // median per call
   double gbps = 0.0;
   double read_bandwidth_gbps = 0.0;
   std::string bandwidth_probe;  // "host read", or "device copy" for a GPU backend
   double bandwidth_fraction = 0.0;
-  double tokens_per_second = 0.0;  // decode steps of the batch per second, this one layer
+  double tokens_per_second = 0.0;  // query tokens (decode: steps x batch) per second, this layer
+  double gflops = 0.0;  // q.k and p.v multiply-adds x 2 over the visible keys, per second
   std::uint64_t calls = 0;
   int threads = 0;
 };

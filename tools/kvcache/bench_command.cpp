@@ -1,5 +1,5 @@
-// `kvcache bench attention`: one layer of decode attention, as GB/s of K/V read and as a
-// fraction of the machine's read bandwidth measured in the same run.
+// `kvcache bench attention`: one layer of attention (decode, or a prefill chunk), as GB/s of K/V
+// read and as a fraction of the machine's read bandwidth measured in the same run.
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -86,7 +86,8 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
                                rejection["reason"].get<std::string>());
   });
   CLI::App* attention = bench->add_subcommand(
-      "attention", "One layer of decode attention, against the machine's read bandwidth");
+      "attention",
+      "One layer of decode attention (or a prefill chunk), against the machine's read bandwidth");
   struct Flags {
     AttentionBenchOptions options;
     std::string format, mask = "causal";
@@ -101,7 +102,13 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
   attention->add_option("--tokens", o.tokens, "cached tokens per sequence")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  attention->add_option("--batch", o.batch, "sequences, one query token each")
+  attention->add_option("--batch", o.batch, "sequences")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  attention
+      ->add_option("--queries", o.queries,
+                   "query tokens per sequence: 1 is decode, more a prefill chunk (the last "
+                   "cached tokens)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   attention->add_option("--q-heads", o.q_heads, "query heads")
@@ -134,16 +141,17 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
       return;
     }
     std::cout << fmt::format(
-        "backend {}, K {}, V {}, {} tokens x batch {}, {}/{} heads x {}, page {}, mask {}, {} "
-        "threads\n"
+        "backend {}, K {}, V {}, {} tokens x batch {}, {} queries each, {}/{} heads x {}, page {}, "
+        "mask {}, {} threads\n"
         "KV read per call:   {:.2f} MB (scales included)\n"
         "time per call:      {:.3f} ms (median of {})\n"
         "attention:          {:.1f} GB/s = {:.2f} of memory bandwidth ({:.1f} GB/s, {}, measured "
-        "in this run)\n"
+        "in this run), {:.1f} GFLOP/s\n"
         "tokens/s:           {:.0f}\n",
-        o.backend, o.k_format, o.v_format, o.tokens, o.batch, o.q_heads, o.kv_heads, o.head_dim,
-        o.page_size, f->mask, r.threads, r.kv_bytes / 1e6, r.seconds * 1e3, r.calls, r.gbps,
-        r.bandwidth_fraction, r.read_bandwidth_gbps, r.bandwidth_probe, r.tokens_per_second);
+        o.backend, o.k_format, o.v_format, o.tokens, o.batch, o.queries, o.q_heads, o.kv_heads,
+        o.head_dim, o.page_size, f->mask, r.threads, r.kv_bytes / 1e6, r.seconds * 1e3, r.calls,
+        r.gbps, r.bandwidth_fraction, r.read_bandwidth_gbps, r.bandwidth_probe, r.gflops,
+        r.tokens_per_second);
   });
 }
 
