@@ -1,8 +1,8 @@
 #include "cpu_attention.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <numbers>
 #include <string>
@@ -12,13 +12,13 @@
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
+#include "block16.hpp"
 #include "input_rows.hpp"
 #include "kvcache/formats.hpp"
 #include "kvcache/numeric.hpp"
 #include "kvcache/paging/attention_plan.hpp"
 #include "paged_store.hpp"
 #include "query_tiles.hpp"
-#include "block16.hpp"
 #include "softmax_block.hpp"
 
 namespace kvcache::cpu {
@@ -252,7 +252,7 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   for (std::size_t it = 0; it < items.size(); ++it)
     for (std::uint32_t j = 0; j < items[it].width; ++j)
       merged[(items[it].query + j) * kv_heads + items[it].kv_head].merge(partial[it], dim,
-                                                                          j * group);
+                                                                         j * group);
   std::vector<float> weight_sums(queries * heads);  // [pair][group]
   std::vector<float> row(dim);
   for (std::uint64_t pair = 0; pair < queries * kv_heads; ++pair) {
