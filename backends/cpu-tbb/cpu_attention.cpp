@@ -98,32 +98,34 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   const std::uint64_t pairs = queries * kv_heads;
   const std::uint64_t splits = pairs >= 4 * threads ? 1 : (4 * threads + pairs - 1) / pairs;
   std::vector<Item> items;
-  const auto add_items = [&](std::size_t query, std::uint32_t width,
+  const auto add_items = [&](std::size_t query, std::uint32_t width, std::uint32_t h,
                              const std::vector<Segment>& slots) {
     std::uint64_t total = 0;
     for (const Segment& s : slots) total += s.end - s.begin;
     const std::uint64_t chunk = std::max<std::uint64_t>(512, (total + splits - 1) / splits);
-    for (std::uint32_t h = 0; h < kv_heads; ++h) {
-      Item item{query, width, h, {}};
-      std::uint64_t taken = 0;
-      for (const Segment& s : slots) {
-        for (std::uint64_t b = s.begin; b < s.end;) {
-          const std::uint64_t e = std::min(s.end, b + (chunk - taken));
-          item.segments.push_back({b, e});
-          taken += e - b;
-          b = e;
-          if (taken == chunk) {
-            items.push_back(std::move(item));
-            item = Item{query, width, h, {}};
-            taken = 0;
-          }
+    Item item{query, width, h, {}};
+    std::uint64_t taken = 0;
+    for (const Segment& s : slots) {
+      for (std::uint64_t b = s.begin; b < s.end;) {
+        const std::uint64_t e = std::min(s.end, b + (chunk - taken));
+        item.segments.push_back({b, e});
+        taken += e - b;
+        b = e;
+        if (taken == chunk) {
+          items.push_back(std::move(item));
+          item = Item{query, width, h, {}};
+          taken = 0;
         }
       }
-      if (!item.segments.empty()) items.push_back(std::move(item));
     }
+    if (!item.segments.empty()) items.push_back(std::move(item));
   };
-  for (const QueryTile& tile : tiled.tiles) add_items(tile.first, tile.width, tile.shared);
-  for (std::uint64_t i = 0; i < queries; ++i) add_items(i, 1, tiled.own[i]);
+  // KV head by KV head: a thread's items (a contiguous range of them) mostly read one head's
+  // pages, which a prefill's tiles read again and again, from its L2 when they fit there.
+  for (std::uint32_t h = 0; h < kv_heads; ++h) {
+    for (const QueryTile& tile : tiled.tiles) add_items(tile.first, tile.width, h, tile.shared);
+    for (std::uint64_t i = 0; i < queries; ++i) add_items(i, 1, h, tiled.own[i]);
+  }
 
   // How K and V reach the kernels: BlockAttention reads fp16, bf16, fp8, int8 and int4 (groups
   // of 32) rows in place where it can; everything else is decoded into float32 rows first.
