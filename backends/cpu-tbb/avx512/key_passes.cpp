@@ -30,7 +30,10 @@ KVCACHE_AVX512 void keys16(const Block16& b) {
       for (int t = 0; t < T; ++t)
         k[t] = load_floats16<K>(b.k, static_cast<std::size_t>(first + t) * D + 16 * c);
       for (int g = 0; g < G; ++g) {
-        const __m512 qc = _mm512_loadu_ps(b.q + g * D + 16 * c);
+        __m512 qc = _mm512_loadu_ps(b.q + g * D + 16 * c);
+        // Loaded once for the T keys: GCC would fold the load into each FMA instead, and the
+        // loads (two per cycle) would then limit the pass.
+        asm("" : "+v"(qc));
         for (int t = 0; t < T; ++t) s[g * T + t] = _mm512_fmadd_ps(qc, k[t], s[g * T + t]);
       }
     }
