@@ -213,12 +213,12 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   };
 
   // body(item index, k, v, logits) for every item, in parallel, with buffers per task for the
-  // rows decoded to float32 and the logits of a block.
+  // rows decoded to float32 and the logits of a block (for the widest tile).
   const auto for_each_item = [&](auto&& body) {
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, items.size()),
                       [&](const tbb::blocked_range<std::size_t>& range) {
                         std::vector<float> k(std::size_t{page} * dim), v(k.size()),
-                            logits(std::size_t{group} * page);
+                            logits(std::size_t{group} * max_width * page);
                         for (std::size_t it = range.begin(); it != range.end(); ++it)
                           body(it, k.data(), v.data(), logits.data());
                       });

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "cpu_attention.hpp"
+#include "cpu_features.hpp"
 #include "paged_store.hpp"
 
 namespace kvcache::cpu {
@@ -33,7 +34,8 @@ std::vector<DeviceInfo> CpuBackend::devices() const {
   const auto pages = static_cast<std::uint64_t>(sysconf(_SC_PHYS_PAGES));
   const auto page_size = static_cast<std::uint64_t>(sysconf(_SC_PAGE_SIZE));
   return {{0,
-           cpu_model() + " (" + std::to_string(std::thread::hardware_concurrency()) + " threads)",
+           cpu_model() + " (" + std::to_string(std::thread::hardware_concurrency()) + " threads, " +
+               kernel_family() + " kernels)",
            pages * page_size, true, ""}};
 }
 

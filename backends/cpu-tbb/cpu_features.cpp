@@ -63,4 +63,16 @@ bool has_vnni() {
   return yes;
 }
 
+const char* kernel_family() {
+  switch (vector_isa()) {
+    case VectorIsa::avx512:
+      return has_vnni() ? "avx512-vnni" : "avx512";
+    case VectorIsa::avx2:
+      return has_vnni() ? "avx2-vnni" : "avx2";
+    case VectorIsa::portable:
+      return "portable";
+  }
+  return "portable";
+}
+
 }  // namespace kvcache::cpu

@@ -15,4 +15,8 @@ VectorIsa vector_isa();
 // avx2.
 bool has_vnni();
 
+// The kernels in use, as a user reads them: "avx512-vnni", "avx512", "avx2-vnni", "avx2" or
+// "portable".
+const char* kernel_family();
+
 }  // namespace kvcache::cpu

@@ -126,6 +126,8 @@ AttentionBenchResult run_attention_benchmark(const Registry& registry,
 
   AttentionBenchResult result;
   result.threads = threads;
+  if (const std::vector<DeviceInfo> devices = backend->devices(); !devices.empty())
+    result.device = devices.front().name;
   result.kv_bytes = visible * o.kv_heads * (tile_k + tile_v) / o.page_size;
   // The bandwidth of the memory the KV lives in: the device's own measure (a copy within device
   // memory) for a GPU backend, else the host's read bandwidth.
@@ -163,6 +165,7 @@ AttentionBenchResult run_attention_benchmark(const Registry& registry,
 
 nlohmann::json to_json(const AttentionBenchOptions& o, const AttentionBenchResult& r) {
   return {{"backend", o.backend},
+          {"device", r.device},
           {"k_format", o.k_format},
           {"v_format", o.v_format},
           {"tokens", o.tokens},

@@ -32,6 +32,7 @@ struct AttentionBenchOptions {
 };
 
 struct AttentionBenchResult {
+  std::string device;          // the backend's first device, as it names itself
   std::uint64_t kv_bytes = 0;  // K and V bytes some query sees, per call, scales included
   double seconds = 0.0;        // median per call
   double gbps = 0.0;

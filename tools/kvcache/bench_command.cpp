@@ -141,16 +141,17 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
       return;
     }
     std::cout << fmt::format(
-        "backend {}, K {}, V {}, {} tokens x batch {}, {} queries each, {}/{} heads x {}, page {}, "
-        "mask {}, {} threads\n"
+        "backend {} on {}\n"
+        "K {}, V {}, {} tokens x batch {}, {} queries each, {}/{} heads x {}, page {}, mask {}, {} "
+        "threads\n"
         "KV read per call:   {:.2f} MB (scales included)\n"
         "time per call:      {:.3f} ms (median of {})\n"
         "attention:          {:.1f} GB/s = {:.2f} of memory bandwidth ({:.1f} GB/s, {}, measured "
         "in this run), {:.1f} GFLOP/s\n"
         "tokens/s:           {:.0f}\n",
-        o.backend, o.k_format, o.v_format, o.tokens, o.batch, o.queries, o.q_heads, o.kv_heads,
-        o.head_dim, o.page_size, f->mask, r.threads, r.kv_bytes / 1e6, r.seconds * 1e3, r.calls,
-        r.gbps, r.bandwidth_fraction, r.read_bandwidth_gbps, r.bandwidth_probe, r.gflops,
+        o.backend, r.device, o.k_format, o.v_format, o.tokens, o.batch, o.queries, o.q_heads,
+        o.kv_heads, o.head_dim, o.page_size, f->mask, r.threads, r.kv_bytes / 1e6, r.seconds * 1e3,
+        r.calls, r.gbps, r.bandwidth_fraction, r.read_bandwidth_gbps, r.bandwidth_probe, r.gflops,
         r.tokens_per_second);
   });
 }
