@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "avx2/vectors.hpp"
 #include "avx512/vectors.hpp"
 #include "block16.hpp"
 
@@ -98,6 +99,44 @@ std::size_t meta_bytes(Rows kind, std::uint32_t dim) {
   return kind == Rows::int8 || kind == Rows::fp8 ? 4 : kind == Rows::int4 ? dim / 32 * 4 : 0;
 }
 
+// codes[i] = rne(x[i] / step) for a chunk (kQueryChunk elements; all 0 if step is 0), vectorized
+// where the CPU allows (the same division and rounding, so the same codes).
+KVCACHE_KERNELS_BEGIN
+KVCACHE_AVX512 void round_chunk_avx512(const float* x, float step, std::int8_t* codes) {
+  for (std::uint32_t i = 0; i < kQueryChunk; i += 16)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i),
+                     _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_roundscale_ps(
+                         _mm512_div_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(step)),
+                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))));
+}
+KVCACHE_AVX2 void round_chunk_avx2(const float* x, float step, std::int8_t* codes) {
+  for (std::uint32_t i = 0; i < kQueryChunk; i += 16) {
+    __m256i half[2];
+    for (int h = 0; h < 2; ++h)
+      half[h] = _mm256_cvtps_epi32(
+          _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + i + 8 * h), _mm256_set1_ps(step)),
+                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    // Packs work per 128-bit half: words come out as 0-3, 8-11, 4-7, 12-15.
+    const __m256i words = _mm256_permute4x64_epi64(_mm256_packs_epi32(half[0], half[1]), 0xD8);
+    _mm_storeu_si128(
+        reinterpret_cast<__m128i*>(codes + i),
+        _mm_packs_epi16(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1)));
+  }
+}
+KVCACHE_KERNELS_END
+void round_chunk(VectorIsa isa, const float* x, float step, std::int8_t* codes) {
+  if (step == 0.0f) {
+    std::fill_n(codes, kQueryChunk, std::int8_t{0});
+  } else if (isa == VectorIsa::avx512) {
+    round_chunk_avx512(x, step, codes);
+  } else if (isa == VectorIsa::avx2) {
+    round_chunk_avx2(x, step, codes);
+  } else {
+    for (std::uint32_t i = 0; i < kQueryChunk; ++i)
+      codes[i] = static_cast<std::int8_t>(std::nearbyint(x[i] / step));
+  }
+}
+
 }  // namespace
 
 QuantizedQuery BlockAttention::quantize(const float* q) const {
@@ -111,9 +150,7 @@ QuantizedQuery BlockAttention::quantize(const float* q) const {
       float top = 0.0f;
       for (std::uint32_t i = 0; i < kQueryChunk; ++i) top = std::max(top, std::fabs(q[first + i]));
       const float step = top / 127.0f;
-      for (std::uint32_t i = 0; i < kQueryChunk; ++i)
-        codes[first + i] =
-            static_cast<std::int8_t>(step > 0.0f ? std::nearbyint(q[first + i] / step) : 0.0f);
+      round_chunk(isa_, q + first, step, codes.data() + first);
       for (std::uint32_t p = 0; p < kQueryChunk / 32; ++p)
         step_of[h * parts + chunk * kQueryChunk / 32 + p] = step;
     }
