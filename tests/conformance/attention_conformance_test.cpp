@@ -510,6 +510,44 @@ TEST(AttentionOutputs, WideGroupsMatchTheReference) {
   }
 }
 
+// Visible ranges that overlap, go back, run backwards or exceed max_ranges are refused by every
+// backend with the query and the ranges named (a kernel would count keys twice or miss some).
+TEST(AttentionOutputs, RejectsVisibleRangesThatOverlapOrDescend) {
+  for (const std::string& backend : backend_names()) {
+    const StoreSpec spec = small_fp32_spec({1, 4, 2, 32});
+    const auto store = open_store(backend, spec);
+    if (!store) continue;
+    const auto attention = registry().create_backend(backend)->create_attention();
+    std::mt19937 rng(9);
+    const SeqId id = random_sequence(*store, spec.model, 30, rng).id;
+    std::vector<float> q(4 * 32, 0.5f), out(q.size());
+    std::int64_t q_shape[3] = {1, 4, 32};
+    DLTensor qt = host_tensor(q.data(), q_shape), ot = host_tensor(out.data(), q_shape);
+    const std::vector<SeqId> ids{id};
+    const auto refused = [&](std::vector<PositionRange> ranges, std::uint32_t count,
+                             const std::string& message) {
+      const std::vector<std::uint32_t> counts{count};
+      AttentionRequest request;
+      request.sequences = ids;
+      request.q = &qt;
+      request.out = &ot;
+      request.visible = {ranges, counts, 2};
+      try {
+        attention->decode(*store, request);
+        ADD_FAILURE() << backend << " accepted " << message;
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), Code::invalid_argument) << backend;
+        EXPECT_NE(std::string(e.what()).find(message), std::string::npos)
+            << backend << ": " << e.what();
+      }
+    };
+    refused({{0, 10}, {5, 20}}, 2, "query 0: [5, 20) overlaps or precedes [0, 10)");
+    refused({{12, 20}, {0, 4}}, 2, "[0, 4) overlaps or precedes [12, 20)");
+    refused({{9, 3}, {20, 25}}, 2, "[9, 3) ends before it begins");
+    refused({{0, 4}, {8, 9}, {20, 25}}, 3, "3 ranges, more than max_ranges (2)");
+  }
+}
+
 // Quantized values with fp16 keys (q is not rounded), under weights from uniform (q = 0) to
 // sharply peaked (q x 40: within a block one token takes nearly all), so that a kernel rounding
 // the weights of a block (cpu-tbb: to int16 against the block's largest) is seen at both ends:

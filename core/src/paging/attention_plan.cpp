@@ -68,8 +68,25 @@ AttentionPlan plan_attention(const PageBook& book, const AttentionRequest& r, bo
   for (std::uint64_t i = 0; i < plan.queries; ++i) {
     const std::size_t seq = plan.query_sequence[i];
     const PageBook::Sequence& s = book.find(r.sequences[seq]);
-    for (std::uint32_t k = 0; k < v.counts[i] && k < v.max_ranges; ++k) {
+    if (v.counts[i] > v.max_ranges)
+      throw Error(Code::invalid_argument, "visible ranges of query " + std::to_string(i) + ": " +
+                                              std::to_string(v.counts[i]) +
+                                              " ranges, more than max_ranges (" +
+                                              std::to_string(v.max_ranges) + ")");
+    for (std::uint32_t k = 0; k < v.counts[i]; ++k) {
       const PositionRange range = v.ranges[i * v.max_ranges + k];
+      // Kernels walk the slots once in order: ranges that overlap or go back would count keys
+      // twice.
+      const PositionRange* before = k > 0 ? &v.ranges[i * v.max_ranges + k - 1] : nullptr;
+      if (range.end < range.begin || (before != nullptr && range.begin < before->end))
+        throw Error(Code::invalid_argument,
+                    "visible ranges of query " + std::to_string(i) + ": [" +
+                        std::to_string(range.begin) + ", " + std::to_string(range.end) + ")" +
+                        (range.end < range.begin
+                             ? " ends before it begins"
+                             : " overlaps or precedes [" + std::to_string(before->begin) + ", " +
+                                   std::to_string(before->end) + ")") +
+                        "; they must ascend and be disjoint");
       const SlotSpan span{lower_slot(book, s, plan.written[seq], range.begin),
                           lower_slot(book, s, plan.written[seq], range.end)};
       if (span.end > span.begin) plan.visible[i].push_back(span);

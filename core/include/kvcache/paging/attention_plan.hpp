@@ -31,7 +31,7 @@ struct AttentionPlan {
 
 // Throws Error(invalid_argument) naming what is wrong: decode with query counts or prefill
 // without, a prefill with more queries than written slots, visible ranges that do not match the
-// queries, a layer out of range, missing q or out, or a q/out shape other than
+// queries (or of a query, more than max_ranges, or ranges that overlap or do not ascend), a layer out of range, missing q or out, or a q/out shape other than
 // [queries, q_heads, head_dim] (row-major; dtype and device are the backend's to check).
 KVCACHE_API AttentionPlan plan_attention(const PageBook& book, const AttentionRequest& request,
                                          bool prefill);
