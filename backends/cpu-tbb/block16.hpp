@@ -91,6 +91,27 @@ Pass16 key_pass(std::uint32_t group, std::uint32_t dim, Rows keys, bool vnni);
 Pass16 value_pass(std::uint32_t group, std::uint32_t dim, Rows values, bool vnni);
 }  // namespace avx2
 
+// The pass for rows of `kind`: floats.template operator()<R>() for the kinds read as floats,
+// else `int8` or `int4`.
+template <class Floats>
+Pass16 for_kind(Rows kind, Floats floats, Pass16 int8, Pass16 int4) {
+  switch (kind) {
+    case Rows::float32:
+      return floats.template operator()<Rows::float32>();
+    case Rows::float16:
+      return floats.template operator()<Rows::float16>();
+    case Rows::bfloat16:
+      return floats.template operator()<Rows::bfloat16>();
+    case Rows::fp8:
+      return floats.template operator()<Rows::fp8>();
+    case Rows::int8:
+      return int8;
+    case Rows::int4:
+      return int4;
+  }
+  return nullptr;
+}
+
 // pick.template operator()<G, D>() for a specialized shape, or null.
 template <class Pick>
 Pass16 for_shape(std::uint32_t group, std::uint32_t dim, Pick pick) {

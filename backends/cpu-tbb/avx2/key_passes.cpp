@@ -122,24 +122,11 @@ KVCACHE_AVX2 void keys16_int(const Block16& b) {
 }  // namespace
 
 Pass16 key_pass(std::uint32_t group, std::uint32_t dim, Rows keys, bool vnni) {
-  return for_shape(group, dim, [keys, vnni]<int G, int D>() -> Pass16 {
-    switch (keys) {
-      case Rows::float32:
-        return &keys16<G, D, Rows::float32>;
-      case Rows::float16:
-        return &keys16<G, D, Rows::float16>;
-      case Rows::bfloat16:
-        return &keys16<G, D, Rows::bfloat16>;
-      case Rows::fp8:
-        return &keys16<G, D, Rows::fp8>;
-      case Rows::int8:
-        return vnni ? &keys16_int<G, D, Rows::int8, VnniDot>
-                    : &keys16_int<G, D, Rows::int8, MaddDot>;
-      case Rows::int4:
-        return vnni ? &keys16_int<G, D, Rows::int4, VnniDot>
-                    : &keys16_int<G, D, Rows::int4, MaddDot>;
-    }
-    return nullptr;
+  return for_shape(group, dim, [keys, vnni]<int G, int D>() {
+    return for_kind(
+        keys, []<Rows R>() -> Pass16 { return &keys16<G, D, R>; },
+        vnni ? &keys16_int<G, D, Rows::int8, VnniDot> : &keys16_int<G, D, Rows::int8, MaddDot>,
+        vnni ? &keys16_int<G, D, Rows::int4, VnniDot> : &keys16_int<G, D, Rows::int4, MaddDot>);
   });
 }
 

@@ -200,22 +200,11 @@ KVCACHE_AVX2 void values16_int4(const Block16& b) {
 }  // namespace
 
 Pass16 value_pass(std::uint32_t group, std::uint32_t dim, Rows values, bool vnni) {
-  return for_shape(group, dim, [values, vnni]<int G, int D>() -> Pass16 {
-    switch (values) {
-      case Rows::float32:
-        return &values16<G, D, Rows::float32>;
-      case Rows::float16:
-        return &values16<G, D, Rows::float16>;
-      case Rows::bfloat16:
-        return &values16<G, D, Rows::bfloat16>;
-      case Rows::fp8:
-        return &values16<G, D, Rows::fp8>;
-      case Rows::int8:
-        return vnni ? &values16_int8<G, D, VnniDot> : &values16_int8<G, D, MaddDot>;
-      case Rows::int4:
-        return vnni ? &values16_int4<G, D, VnniDot> : &values16_int4<G, D, MaddDot>;
-    }
-    return nullptr;
+  return for_shape(group, dim, [values, vnni]<int G, int D>() {
+    return for_kind(
+        values, []<Rows R>() -> Pass16 { return &values16<G, D, R>; },
+        vnni ? &values16_int8<G, D, VnniDot> : &values16_int8<G, D, MaddDot>,
+        vnni ? &values16_int4<G, D, VnniDot> : &values16_int4<G, D, MaddDot>);
   });
 }
 

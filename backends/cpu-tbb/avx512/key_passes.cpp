@@ -191,22 +191,10 @@ KVCACHE_KERNELS_END
 }  // namespace
 
 Pass16 key_pass(std::uint32_t group, std::uint32_t dim, Rows keys) {
-  return for_shape(group, dim, [keys]<int G, int D>() -> Pass16 {
-    switch (keys) {
-      case Rows::float32:
-        return &keys16<G, D, Rows::float32>;
-      case Rows::float16:
-        return &keys16<G, D, Rows::float16>;
-      case Rows::bfloat16:
-        return &keys16<G, D, Rows::bfloat16>;
-      case Rows::fp8:
-        return &keys16<G, D, Rows::fp8>;
-      case Rows::int8:
-        return &keys16_int8<G, D>;
-      case Rows::int4:
-        return &keys16_int4<G, D>;
-    }
-    return nullptr;
+  return for_shape(group, dim, [keys]<int G, int D>() {
+    return for_kind(
+        keys, []<Rows R>() -> Pass16 { return &keys16<G, D, R>; }, &keys16_int8<G, D>,
+        &keys16_int4<G, D>);
   });
 }
 

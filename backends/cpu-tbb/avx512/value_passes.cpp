@@ -263,22 +263,10 @@ KVCACHE_KERNELS_END
 }  // namespace
 
 Pass16 value_pass(std::uint32_t group, std::uint32_t dim, Rows values) {
-  return for_shape(group, dim, [values]<int G, int D>() -> Pass16 {
-    switch (values) {
-      case Rows::float32:
-        return &values16<G, D, Rows::float32>;
-      case Rows::float16:
-        return &values16<G, D, Rows::float16>;
-      case Rows::bfloat16:
-        return &values16<G, D, Rows::bfloat16>;
-      case Rows::fp8:
-        return &values16<G, D, Rows::fp8>;
-      case Rows::int8:
-        return &values16_int8<G, D>;
-      case Rows::int4:
-        return &values16_int4<G, D>;
-    }
-    return nullptr;
+  return for_shape(group, dim, [values]<int G, int D>() {
+    return for_kind(
+        values, []<Rows R>() -> Pass16 { return &values16<G, D, R>; }, &values16_int8<G, D>,
+        &values16_int4<G, D>);
   });
 }
 
