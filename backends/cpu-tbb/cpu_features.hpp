@@ -10,6 +10,9 @@ enum class VectorIsa { portable, avx2, avx512 };
 
 // avx512: AVX-512 F, DQ, BW and VL with F16C and FMA; avx2: AVX2 with F16C and FMA.
 VectorIsa vector_isa();
+inline bool has_avx512() {
+  return vector_isa() == VectorIsa::avx512;
+}
 
 // Whether vector_isa()'s width has integer dot products: AVX512_VNNI for avx512, AVX-VNNI for
 // avx2.

@@ -55,15 +55,11 @@ __attribute__((target("avx512f"))) void widen_bf16_avx512(const std::uint16_t* i
 }
 #pragma GCC diagnostic pop
 
-bool avx512() {
-  return vector_isa() == VectorIsa::avx512;
-}
-
 }  // namespace
 
 void InputRows::widen(const std::uint16_t* in, float* out) const {
   const bool fp16 = code_ == kDLFloat;
-  if (avx512() && dim_ % 16 == 0) {
+  if (has_avx512() && dim_ % 16 == 0) {
     (fp16 ? widen_fp16_avx512 : widen_bf16_avx512)(in, out, dim_);
     return;
   }

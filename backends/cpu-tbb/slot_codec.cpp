@@ -18,10 +18,6 @@ namespace {
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-bool has_avx512() {
-  return vector_isa() == VectorIsa::avx512;
-}
-
 // round-half-even(RN(x / s)) for 16 lanes, equal to the reference's true division but mostly
 // without dividing. With r = RN(1/s), t = RN(x * r) is within 2^-23 |x/s| of x/s, and RN(x/s)
 // within 2^-24 |x/s|; codes stay below 2^8, so t and RN(x/s) are less than 2.3e-5 apart. When t

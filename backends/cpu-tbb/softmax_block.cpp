@@ -60,10 +60,6 @@ KVCACHE_AVX512 void accumulate_avx512(const float* weights, std::uint32_t group,
 
 KVCACHE_KERNELS_END
 
-bool has_avx512() {
-  return vector_isa() == VectorIsa::avx512;
-}
-
 // The pass over rows of this kind for the shape, or null: with AVX-512, float kinds, and int8
 // and int4 where the CPU also has VNNI; with AVX2, every kind.
 Pass16 pass_for(VectorIsa isa, std::uint32_t group, std::uint32_t dim, Rows kind, bool value) {
