@@ -155,9 +155,8 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   for (std::uint32_t width = 1; width <= max_width; width *= 2)
     attend.emplace_back(group * width, dim, r.accumulate_scores ? Rows::float32 : stored_kind(kc),
                         stored_kind(vc));
-  const auto quantized = [](Rows keys) { return keys == Rows::int8 || keys == Rows::int4; };
   std::vector<QuantizedQuery> q8;  // per (query, KV head), for int8 and int4 keys
-  if (quantized(attend[0].keys()))
+  if (integer_rows(attend[0].keys()))
     for (std::uint64_t pair = 0; pair < queries * kv_heads; ++pair)
       q8.push_back(attend[0].quantize(q.data() + pair * group * dim));
 
@@ -242,7 +241,7 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
         tile_q.insert(tile_q.end(), from, from + std::size_t{group} * dim);
       }
       qg = tile_q.data();
-      if (quantized(kernels.keys())) qq = &(tile_q8 = kernels.quantize(qg));
+      if (integer_rows(kernels.keys())) qq = &(tile_q8 = kernels.quantize(qg));
     }
     for_each_block(item, k, v, kernels.keys(), kernels.values(), true,
                    [&](const RowBlock& keys, const RowBlock& values, std::uint64_t,

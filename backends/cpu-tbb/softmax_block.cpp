@@ -65,7 +65,7 @@ KVCACHE_KERNELS_END
 Pass16 pass_for(VectorIsa isa, std::uint32_t group, std::uint32_t dim, Rows kind, bool value) {
   switch (isa) {
     case VectorIsa::avx512:
-      if ((kind == Rows::int8 || kind == Rows::int4) && !has_vnni()) return nullptr;
+      if (integer_rows(kind) && !has_vnni()) return nullptr;
       return value ? avx512::value_pass(group, dim, kind) : avx512::key_pass(group, dim, kind);
     case VectorIsa::avx2:
       return value ? avx2::value_pass(group, dim, kind, has_vnni())
@@ -307,7 +307,7 @@ void BlockAttention::operator()(const float* q, const QuantizedQuery* q8, const 
     }
     // The integer value passes read rows in pairs: an odd block's rows are copied and followed
     // by a row of zeros.
-    if (rows % 2 == 1 && (values_ == Rows::int8 || values_ == Rows::int4)) {
+    if (rows % 2 == 1 && integer_rows(values_)) {
       std::memcpy(pad_values, block.v, rows * value_bytes_);
       std::memset(pad_values + rows * value_bytes_, 0, value_bytes_);
       block.v = pad_values;

@@ -44,6 +44,10 @@ void block_logits(const float* q, std::uint32_t group, std::uint32_t dim, const 
 // bf16 codes; int8 or fp8 E4M3 codes with one float scale per row; int4 codes of groups of 32,
 // two per byte, with an fp16 scale and minimum per group).
 enum class Rows { float32, float16, bfloat16, fp8, int8, int4 };
+// The kinds read by integer dot products (keys against a quantized query).
+inline bool integer_rows(Rows kind) {
+  return kind == Rows::int8 || kind == Rows::int4;
+}
 struct RowBlock {
   Rows kind = Rows::float32;
   const void* rows = nullptr;  // [n][dim]
