@@ -63,6 +63,12 @@ bool has_vnni() {
   return yes;
 }
 
+bool has_vbmi() {
+  static const bool yes = has_avx512() && __builtin_cpu_supports("avx512vbmi") != 0 &&
+                          !set("KVCACHE_CPU_NO_VBMI");
+  return yes;
+}
+
 const char* kernel_family() {
   switch (vector_isa()) {
     case VectorIsa::avx512:

@@ -2,6 +2,8 @@
 // and two variables (so that every family can be tested on one machine):
 //   KVCACHE_CPU_ISA=avx512|avx2|portable  the widest family allowed (never wider than the CPU's)
 //   KVCACHE_CPU_NO_VNNI=1                 no integer dot-product instructions
+//   KVCACHE_CPU_NO_VBMI=1                 no AVX-512 byte permutes (int8 and int4 values then
+//                                         decoded to float, as on CPUs without them)
 #pragma once
 
 namespace kvcache::cpu {
@@ -17,6 +19,10 @@ inline bool has_avx512() {
 // Whether vector_isa()'s width has integer dot products: AVX512_VNNI for avx512, AVX-VNNI for
 // avx2.
 bool has_vnni();
+
+// Whether the avx512 family may permute bytes (AVX512_VBMI: every AVX-512 CPU with VNNI but
+// Cascade and Cooper Lake), which its int8 and int4 value passes need.
+bool has_vbmi();
 
 // The kernels in use, as a user reads them: "avx512-vnni", "avx512", "avx2-vnni", "avx2" or
 // "portable".

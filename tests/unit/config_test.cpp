@@ -475,6 +475,7 @@ TEST(Environment, UnknownVariableIsAWarning) {
                                    {"KVCACHE_WHATEVER", "1"},
                                    {"KVCACHE_LOG_LEVEL", "debug"},
                                    {"KVCACHE_CPU_NO_VNNI", "1"},
+                                   {"KVCACHE_CPU_NO_VBMI", "1"},
                                    {"KVCACHE_CPU_ISA", "avx2"},
                                    {"HOME", "/root"}});
   EXPECT_EQ(c.backends, default_config(kNoEnv).backends);

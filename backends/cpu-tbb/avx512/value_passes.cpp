@@ -43,7 +43,9 @@ KVCACHE_AVX512 void values16(const Block16& b) {
 }
 
 // Quantized values meet their weights in integer dot products (see kLargestCode), two tokens at
-// a time (vpdpwssd: int16 pairs into int32).
+// a time (vpdpwssd: int16 pairs into int32). A byte permute (vpermb) makes the pairs: from 32
+// bytes of rows j and j + 1, lane i gets byte i of both rows in its two words, so no widening and
+// no word permutes (two uops each) are needed.
 
 // Rounds 16 weights already scaled to at most kLargestCode to int16 codes (the narrowing
 // saturates, for the hair by which the reciprocal may pass it).
@@ -52,97 +54,47 @@ KVCACHE_AVX512 KVCACHE_INLINE void store_codes(__m512 scaled, std::int16_t* code
                      _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(scaled)));
 }
 
-// The int16 codes of tokens j and j + 1, as the 32-bit lane vpdpwssd multiplies by.
-KVCACHE_AVX512 KVCACHE_INLINE __m512i code_pair(const std::int16_t* codes, std::uint32_t j) {
-  std::int32_t pair;
-  std::memcpy(&pair, codes + j, sizeof pair);
-  return _mm512_set1_epi32(pair);
+// acc += a's int16 pairs times the pair at `pair` in every lane (vpdpwssd with an embedded
+// broadcast: no register for the weights). In inline assembly because GCC 12 copies an
+// accumulator updated by the intrinsic in a loop to another register and back at every step.
+using AliasedPair = std::int32_t __attribute__((may_alias));
+KVCACHE_INLINE void dpwssd_broadcast(__m512i& acc, __m512i a, const std::int16_t* pair) {
+  asm("vpdpwssd %2%{1to16%}, %1, %0"
+      : "+v"(acc)
+      : "v"(a), "m"(*reinterpret_cast<const AliasedPair*>(pair)));
 }
 
-// Word indices for _mm512_permutex2var_epi16 that interleave two vectors of 32 words a and b:
-// (a[i], b[i]) for i in [first, first + 16).
-struct Interleave {
-  alignas(64) std::int16_t low[32], high[32];
-  constexpr Interleave() : low{}, high{} {
-    for (int i = 0; i < 16; ++i) {
-      low[2 * i] = static_cast<std::int16_t>(i);
-      low[2 * i + 1] = static_cast<std::int16_t>(32 + i);
-      high[2 * i] = static_cast<std::int16_t>(16 + i);
-      high[2 * i + 1] = static_cast<std::int16_t>(48 + i);
-    }
-  }
-};
-inline constexpr Interleave kInterleave;
-
-// acc += the products of a's and b's int16 pairs, summed per 32-bit lane (vpdpwssd). In inline
-// assembly because GCC 12 copies an accumulator updated by the intrinsic in a loop to another
-// register and back at every step.
-KVCACHE_INLINE void dpwssd(__m512i& acc, __m512i a, __m512i b) {
-  asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+// Bytes [offset, offset + 32) of rows j and j + 1, Stride bytes apart: [row j][row j + 1].
+template <std::size_t Stride>
+KVCACHE_AVX512 KVCACHE_INLINE __m512i row_pair_bytes(const std::byte* rows, std::uint32_t j,
+                                                     std::size_t offset) {
+  const std::byte* row = rows + std::size_t{j} * Stride + offset;
+  if constexpr (Stride == 32) return _mm512_loadu_si512(row);  // adjacent rows
+  return _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row))),
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + Stride)), 1);
 }
 
-// 32 int8 codes widened to int16.
-KVCACHE_AVX512 KVCACHE_INLINE __m512i widen_int8(const std::int8_t* codes) {
-  return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes)));
-}
-
-// The loop both integer value passes share: rows in pairs, H vectors of a row per pass so that
-// the G x H int32 sums stay in registers. `rows.pairs(j, vector, first, next)` gives vectors
-// `vector` and `vector` + 1 of rows j and j + 1 as int16 pairs, `rows.codes(g, vector)` head g's
-// weight codes for them, and `rows.finish(g, vector, sums)` adds head g's sums to its
-// accumulator.
-template <int G, int D, class Source>
-KVCACHE_VNNI KVCACHE_INLINE void add_pairs(const Block16& b, const Source& rows) {
-  constexpr int C = D / 16;
-  constexpr int H = C < 16 / G ? C : 16 / G;  // vectors per pass, even
-#pragma GCC unroll 8
-  for (int pass = 0; pass < C; pass += H) {
-    __m512i a[G][H];
-    for (int g = 0; g < G; ++g)
-      for (int h = 0; h < H; ++h) a[g][h] = _mm512_setzero_si512();
-    for (std::uint32_t j = 0; j < b.n; j += 2) {
-      if (pass == 0) prefetch_shares(b, kShares / 2 + j, 2);
-      for (int h = 0; h < H; h += 2) {
-        __m512i first, next;
-        rows.pairs(j, pass + h, first, next);
-        for (int g = 0; g < G; ++g) {
-          const __m512i pair = code_pair(rows.codes(g, pass + h), j);
-          dpwssd(a[g][h], first, pair);
-          dpwssd(a[g][h + 1], next, pair);
-        }
+// int8 rows: vpermb indices over [row j][row j + 1] that put code i (half 0: codes 0..15, half
+// 1: 16..31) of both rows in the high bytes of lane i's two words; an arithmetic shift then
+// sign-extends them.
+struct CodeWords {
+  alignas(64) std::int8_t index[2][64];
+  constexpr CodeWords() : index{} {
+    for (int half = 0; half < 2; ++half)
+      for (int i = 0; i < 16; ++i) {
+        index[half][4 * i + 1] = static_cast<std::int8_t>(16 * half + i);
+        index[half][4 * i + 3] = static_cast<std::int8_t>(32 + 16 * half + i);
       }
-    }
-    for (int g = 0; g < G; ++g)
-      for (int h = 0; h < H; ++h) rows.finish(g, pass + h, a[g][h]);
-  }
-}
-
-// int8 rows: two rows' 32 codes, widened to int16, interleave into the pairs of elements 0..15
-// and 16..31; the row scale multiplies the weight.
-template <int D>
-struct Int8Pairs {
-  const std::int8_t* v;
-  __m512i low, high;  // kInterleave
-  const std::int16_t (*codes_of_head)[16];
-  const float* unit;  // per head
-  float* acc;
-  KVCACHE_VNNI KVCACHE_INLINE void pairs(std::uint32_t j, int vector, __m512i& first,
-                                         __m512i& next) const {
-    const __m512i x = widen_int8(v + std::size_t{j} * D + 16 * vector);
-    const __m512i y = widen_int8(v + std::size_t{j + 1} * D + 16 * vector);
-    first = _mm512_permutex2var_epi16(x, low, y);
-    next = _mm512_permutex2var_epi16(x, high, y);
-  }
-  const std::int16_t* codes(int g, int) const { return codes_of_head[g]; }
-  KVCACHE_VNNI KVCACHE_INLINE void finish(int g, int vector, __m512i sums) const {
-    float* out = acc + g * D + 16 * vector;
-    _mm512_storeu_ps(out, _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_set1_ps(unit[g]),
-                                          _mm512_loadu_ps(out)));
   }
 };
+inline constexpr CodeWords kCodeWords;
+inline constexpr __mmask64 kHighBytes = 0xAAAAAAAAAAAAAAAA, kLowBytes = ~kHighBytes;
 
+// int8 values: per head, the weights times the row scales rounded against their largest; H
+// vectors of the rows per pass so that the G x H int32 sums stay in registers.
 template <int G, int D>
-KVCACHE_VNNI void values16_int8(const Block16& b) {
+KVCACHE_VBMI void values16_int8(const Block16& b) {
   const __m512 scales = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << b.n) - 1), b.v_meta);
   alignas(64) std::int16_t codes[G][16];
   float unit[G];
@@ -153,74 +105,64 @@ KVCACHE_VNNI void values16_int8(const Block16& b) {
                 codes[g]);
     unit[g] = _mm512_cvtss_f32(top) / kLargestCode;
   }
-  add_pairs<G, D>(
-      b, Int8Pairs<D>{static_cast<const std::int8_t*>(b.v), _mm512_load_si512(kInterleave.low),
-                      _mm512_load_si512(kInterleave.high), codes, unit, b.acc});
+  constexpr int C = D / 16;
+  constexpr int H = C < 16 / G ? C : 16 / G;  // vectors per pass, even
+  const auto* v = static_cast<const std::byte*>(b.v);
+  const __m512i index[2] = {_mm512_load_si512(kCodeWords.index[0]),
+                            _mm512_load_si512(kCodeWords.index[1])};
+  for (int pass = 0; pass < C; pass += H) {
+    __m512i a[G][H];
+    for (int g = 0; g < G; ++g)
+      for (int h = 0; h < H; ++h) a[g][h] = _mm512_setzero_si512();
+    for (std::uint32_t j = 0; j < b.n; j += 2) {
+      if (pass == 0) prefetch_shares(b, kShares / 2 + j, 2);
+      for (int h = 0; h < H; h += 2) {
+        const __m512i bytes = row_pair_bytes<D>(v, j, 16 * (pass + h));
+        for (int half = 0; half < 2; ++half) {
+          const __m512i words =
+              _mm512_srai_epi16(_mm512_maskz_permutexvar_epi8(kHighBytes, index[half], bytes), 8);
+          for (int g = 0; g < G; ++g) dpwssd_broadcast(a[g][h + half], words, codes[g] + j);
+        }
+      }
+    }
+    for (int g = 0; g < G; ++g)
+      for (int h = 0; h < H; ++h) {
+        float* out = b.acc + g * D + 16 * (pass + h);
+        _mm512_storeu_ps(out, _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[g][h]),
+                                              _mm512_set1_ps(unit[g]), _mm512_loadu_ps(out)));
+      }
+  }
 }
 
-// Word indices for _mm512_permutex2var_epi16 over the low nibbles e and high nibbles o of two
-// int4 rows' 16 bytes (row a in words 0..15, row b in 16..31): elements 2k and 2k + 1 are the
-// nibbles of byte k, so the pairs of elements 0..15 are (e[k], e[16+k]), (o[k], o[16+k]) for
-// k < 8, and of elements 16..31 the same for k in 8..15.
-struct NibblePairs {
-  alignas(64) std::int16_t low[32], high[32];
-  constexpr NibblePairs() : low{}, high{} {
-    for (int k = 0; k < 8; ++k)
-      for (int half = 0; half < 2; ++half) {
-        std::int16_t* to = half == 0 ? low : high;
-        const int byte = 8 * half + k;
-        to[4 * k] = static_cast<std::int16_t>(byte);
-        to[4 * k + 1] = static_cast<std::int16_t>(16 + byte);
-        to[4 * k + 2] = static_cast<std::int16_t>(32 + byte);
-        to[4 * k + 3] = static_cast<std::int16_t>(48 + byte);
+// int4 rows: vpermb indices over [row j: groups 2p, 2p + 1][row j + 1: the same] (16 bytes per
+// group; index[s] for group 2p + s) that put byte order(i) of the group of both rows in the low
+// bytes of lane i's two words (zeros above): the low nibbles (the group's even elements) are
+// then an and away and the high ones (odd elements) a shift. order is chosen so that
+// interleaving the lanes of the even and odd sums (unpacklo/hi_epi32) gives the group's elements
+// 0..15 and 16..31 in order.
+struct NibbleWords {
+  alignas(64) std::int8_t index[2][64];
+  constexpr NibbleWords() : index{} {
+    for (int s = 0; s < 2; ++s)
+      for (int i = 0; i < 16; ++i) {
+        const int quarter = i / 4, r = i % 4;
+        const int order = r < 2 ? 2 * quarter + r : 8 + 2 * quarter + r - 2;
+        index[s][4 * i] = static_cast<std::int8_t>(16 * s + order);
+        index[s][4 * i + 2] = static_cast<std::int8_t>(32 + 16 * s + order);
       }
   }
 };
-inline constexpr NibblePairs kNibblePairs;
-
-// int4 rows: a group's 16 bytes of two rows, widened to int16 words, split into low nibbles
-// (even elements) and high ones (odd), interleave into the pairs of the group's elements 0..15
-// and 16..31 (vectors 2 x group and 2 x group + 1); per (head, group) the weight codes, the step
-// and the minima's sum.
-template <int G, int D>
-struct Int4Pairs {
-  static constexpr int Groups = D / 32;
-  const std::byte* v;
-  __m512i low, high;  // kNibblePairs
-  __m512i nibble;
-  const std::int16_t (*codes_of)[Groups][16];
-  const float (*unit)[Groups];
-  const float* minimum_sum;  // [G][Groups]
-  float* acc;
-  KVCACHE_VNNI KVCACHE_INLINE void pairs(std::uint32_t j, int vector, __m512i& first,
-                                         __m512i& next) const {
-    const std::byte* row = v + std::size_t{j} * D / 2 + 16 * (vector / 2);
-    const __m512i both = _mm512_cvtepu8_epi16(_mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + D / 2)), 1));
-    const __m512i even = _mm512_and_si512(both, nibble);
-    const __m512i odd = _mm512_srli_epi16(both, 4);
-    first = _mm512_permutex2var_epi16(even, low, odd);
-    next = _mm512_permutex2var_epi16(even, high, odd);
-  }
-  const std::int16_t* codes(int g, int vector) const { return codes_of[g][vector / 2]; }
-  KVCACHE_VNNI KVCACHE_INLINE void finish(int g, int vector, __m512i sums) const {
-    const int group = vector / 2;
-    float* out = acc + g * D + 16 * vector;
-    _mm512_storeu_ps(
-        out, _mm512_add_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_set1_ps(unit[g][group]),
-                                           _mm512_loadu_ps(out)),
-                           _mm512_set1_ps(minimum_sum[g * Groups + group])));
-  }
-};
+inline constexpr NibbleWords kNibbleWords;
 
 // int4 values: per (head, group of 32) the weights times the group's scales, rounded against the
 // head's largest weight times the group's largest scale; the minima times the weights make one
-// sum per (head, group), added to the group's elements.
+// sum per (head, group), added to the group's elements. Groups go through in passes small enough
+// that each (head, group)'s even and odd sums stay in registers.
 template <int G, int D>
-KVCACHE_VNNI void values16_int4(const Block16& b) {
+KVCACHE_VBMI void values16_int4(const Block16& b) {
   static_assert(D == 64 || D == 128);
   constexpr int Groups = D / 32;
+  constexpr int P = Groups < 8 / G ? Groups : 8 / G;  // groups per pass: 2 x G x P sums
   const GroupParams<D> params = group_params<D>(b.v_meta, b.n);
   alignas(64) std::int16_t codes[G][Groups][16];
   float unit[G][Groups];
@@ -252,10 +194,44 @@ KVCACHE_VNNI void values16_int4(const Block16& b) {
       _mm512_store_ps(minimum_sum + i,
                       _mm512_permutexvar_ps(lane_of_slot, sum_lanes16<AddFloats>(terms + i)));
   }
-  add_pairs<G, D>(
-      b, Int4Pairs<G, D>{static_cast<const std::byte*>(b.v), _mm512_load_si512(kNibblePairs.low),
-                         _mm512_load_si512(kNibblePairs.high), _mm512_set1_epi16(0x0F), codes, unit,
-                         minimum_sum, b.acc});
+  const auto* v = static_cast<const std::byte*>(b.v);
+  const __m512i index[2] = {_mm512_load_si512(kNibbleWords.index[0]),
+                            _mm512_load_si512(kNibbleWords.index[1])};
+  const __m512i nibble = _mm512_set1_epi16(0x0F);
+  for (int first = 0; first < Groups; first += P) {
+    __m512i even[G][P], odd[G][P];
+    for (int g = 0; g < G; ++g)
+      for (int i = 0; i < P; ++i) even[g][i] = odd[g][i] = _mm512_setzero_si512();
+    for (std::uint32_t j = 0; j < b.n; j += 2) {
+      if (first == 0) prefetch_shares(b, kShares / 2 + j, 2);
+      __m512i bytes;
+      for (int i = 0; i < P; ++i) {
+        const int group = first + i;
+        if (i == 0 || group % 2 == 0) bytes = row_pair_bytes<D / 2>(v, j, 16 * (group - group % 2));
+        const __m512i words = _mm512_maskz_permutexvar_epi8(kLowBytes, index[group % 2], bytes);
+        const __m512i low = _mm512_and_si512(words, nibble);
+        const __m512i high = _mm512_srli_epi16(words, 4);
+        for (int g = 0; g < G; ++g) {
+          dpwssd_broadcast(even[g][i], low, codes[g][group] + j);
+          dpwssd_broadcast(odd[g][i], high, codes[g][group] + j);
+        }
+      }
+    }
+    for (int g = 0; g < G; ++g)
+      for (int i = 0; i < P; ++i) {
+        const int group = first + i;
+        float* out = b.acc + g * D + 32 * group;
+        const __m512 step = _mm512_set1_ps(unit[g][group]);
+        const __m512 minimum = _mm512_set1_ps(minimum_sum[g * Groups + group]);
+        const __m512i halves[2] = {_mm512_unpacklo_epi32(even[g][i], odd[g][i]),
+                                   _mm512_unpackhi_epi32(even[g][i], odd[g][i])};
+        for (int h = 0; h < 2; ++h)
+          _mm512_storeu_ps(out + 16 * h,
+                           _mm512_add_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(halves[h]), step,
+                                                         _mm512_loadu_ps(out + 16 * h)),
+                                         minimum));
+      }
+  }
 }
 
 KVCACHE_KERNELS_END
@@ -263,10 +239,12 @@ KVCACHE_KERNELS_END
 }  // namespace
 
 Pass16 value_pass(std::uint32_t group, std::uint32_t dim, Rows values) {
-  return for_shape(group, dim, [values]<int G, int D>() {
+  // Without byte permutes, int8 and int4 values are decoded to float32.
+  const bool vbmi = has_vbmi();
+  return for_shape(group, dim, [values, vbmi]<int G, int D>() {
     return for_kind(
-        values, []<Rows R>() -> Pass16 { return &values16<G, D, R>; }, &values16_int8<G, D>,
-        &values16_int4<G, D>);
+        values, []<Rows R>() -> Pass16 { return &values16<G, D, R>; },
+        vbmi ? &values16_int8<G, D> : nullptr, vbmi ? &values16_int4<G, D> : nullptr);
   });
 }
 

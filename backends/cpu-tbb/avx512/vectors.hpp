@@ -16,6 +16,8 @@
 #define KVCACHE_AVX512 __attribute__((target("avx512f,avx512dq,avx512bw")))
 // Integer dot products (vpdpbusd, vpdpwssd) on top of the above.
 #define KVCACHE_VNNI __attribute__((target("avx512f,avx512dq,avx512bw,avx512vnni")))
+// And byte permutes (vpermb), for the int4 value pass.
+#define KVCACHE_VBMI __attribute__((target("avx512f,avx512dq,avx512bw,avx512vnni,avx512vbmi")))
 // GCC 12's AVX-512 headers warn about their own placeholders (GCC bug 105593): code using them
 // sits between these.
 #define KVCACHE_KERNELS_BEGIN                                                          \
