@@ -177,36 +177,19 @@ QuantizedQuery BlockAttention::quantize(const float* q) const {
   }
 
   out.codes.resize(codes.size());
-  out.lane_steps.assign(std::size_t{group} * 16, 0.0f);
-  if (keys_ == Rows::int8) out.lane_bias.assign(out.lane_steps.size(), 0);
-  if (keys_ == Rows::int4) out.lane_sums.assign(out.lane_steps.size(), 0.0f);
-  for (std::uint32_t h = 0; h < group; ++h) {
-    std::int32_t part_sum[4] = {};
-    float part_step[4] = {};
+  out.part_steps = step_of;
+  out.part_sums.assign(step_of.size(), 0.0f);
+  std::vector<std::int32_t> sum_of(step_of.size(), 0);
+  for (std::uint32_t h = 0; h < group; ++h)
     for (std::uint32_t e = 0; e < dim; ++e) {
       const std::int8_t code = codes[std::size_t{h} * dim + e];
-      // Where the kernel wants the code (see keys16_int8 and keys16_int4), and the part of its
-      // products (128-bit lane L: lanes 4L..4L+3 after the sums within lanes).
-      std::uint32_t at = e, part = e / 32;
-      if (keys_ == Rows::int8) {
-        if (dim == 128 && e / 32 == 1) at = e + 32;
-        if (dim == 128 && e / 32 == 2) at = e - 32;
-        part = at % 64 / 16;
-      } else {
-        at = e % 2 * (dim / 2) + e / 2;  // even elements, then odd ones
-      }
+      const std::uint32_t at = keys_ == Rows::int8 ? e : e % 2 * (dim / 2) + e / 2;
       out.codes[std::size_t{h} * dim + at] = code;
-      part_sum[part] += code;
-      part_step[part] = step_of[h * parts + e / 32];
+      sum_of[h * parts + e / 32] += code;
     }
-    for (std::uint32_t lane = 0; lane < 16; ++lane) {
-      const std::uint32_t part = lane / 4;
-      out.lane_steps[h * 16 + lane] = part_step[part];
-      if (keys_ == Rows::int8) out.lane_bias[h * 16 + lane] = 128 * part_sum[part];
-      if (keys_ == Rows::int4)
-        out.lane_sums[h * 16 + lane] = part_step[part] * static_cast<float>(part_sum[part]);
-    }
-  }
+  for (std::size_t i = 0; i < step_of.size(); ++i)
+    out.part_sums[i] =
+        step_of[i] * static_cast<float>(sum_of[i]) * (keys_ == Rows::int8 ? 128.0f : 1.0f);
   return out;
 }
 

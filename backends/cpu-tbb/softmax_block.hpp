@@ -63,12 +63,13 @@ struct RowBlock {
 // BlockAttention::quantize).
 inline constexpr std::uint32_t kQueryChunk = 64;
 struct QuantizedQuery {
-  // AVX-512 (vpdpbusd): the kernels sum products in four parts per head (parts of whole chunks;
-  // for int4 keys part L is group L), in lanes 4L..4L+3.
-  std::vector<std::int8_t> codes;       // [group][dim], in the kernel's order
-  std::vector<float> lane_steps;        // [group][16]: the step of the part's chunk
-  std::vector<std::int32_t> lane_bias;  // int8 keys, [group][16]: 128 x the part's code sum
-  std::vector<float> lane_sums;         // int4 keys, [group][16]: step x the part's code sum
+  // AVX-512 (vpdpbusd, keys transposed so that lanes are tokens): codes in element order for
+  // int8 keys, for int4 keys each head's even elements then its odd ones; the kernels sum
+  // products per part of 32 elements (an int4 group) and take off what the keys' offset adds:
+  // int8 keys are read as unsigned (k + 128), int4 ones carry a minimum per group.
+  std::vector<std::int8_t> codes;  // [group][dim]
+  std::vector<float> part_steps;   // [group][dim / 32]: the step of the part's chunk
+  std::vector<float> part_sums;    // [group][dim / 32]: step x the part's code sum (x 128: int8)
   // AVX2 (int16 pairs): codes widened, in element order for int8 keys, for int4 keys each group
   // of 32 as its even elements then its odd ones. The kernels sum products per part of 32
   // elements (an int4 group) for 8 (head, key) pairs at a time, lane i for head i / (8 / group).

@@ -50,140 +50,140 @@ KVCACHE_AVX512 void keys16(const Block16& b) {
                  b.l + g * kLanes, b.acc + g * D, b.weight + 16 * g);
 }
 
-// Integer keys meet the quantized query four tokens at a time: each token's vpdpbusd products
-// are summed within 128-bit lanes (lane 4L + t: token t's part L), scaled there (the scales
-// differ from part to part), and the parts summed across lanes, which leaves the 16 logits in
-// token order.
-
-// Lane 4L + t of the result: the sum of d[t]'s four lanes in 128-bit lane L.
-KVCACHE_AVX512 KVCACHE_INLINE __m512i sum_within_lanes(const __m512i d[4]) {
-  const __m512i a =
-      _mm512_add_epi32(_mm512_unpacklo_epi32(d[0], d[1]), _mm512_unpackhi_epi32(d[0], d[1]));
-  const __m512i b =
-      _mm512_add_epi32(_mm512_unpacklo_epi32(d[2], d[3]), _mm512_unpackhi_epi32(d[2], d[3]));
-  return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
-}
-
-// Lane 4q + t of the result: the sum over L of lane 4L + t of f[q].
-KVCACHE_AVX512 KVCACHE_INLINE __m512 sum_across_lanes(const __m512 f[4]) {
-  const __m512 x =
-      _mm512_add_ps(_mm512_shuffle_f32x4(f[0], f[1], 0x44), _mm512_shuffle_f32x4(f[0], f[1], 0xEE));
-  const __m512 y =
-      _mm512_add_ps(_mm512_shuffle_f32x4(f[2], f[3], 0x44), _mm512_shuffle_f32x4(f[2], f[3], 0xEE));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x88), _mm512_shuffle_f32x4(x, y, 0xDD));
-}
+// Integer keys meet the quantized query with their rows transposed (transpose_rows): lane t of
+// column c holds token t's bytes 4c..4c + 3, and vpdpbusd against four of the query's codes,
+// broadcast, adds to token t's dot product in lane t, so the logits come out in token order
+// with no horizontal sums.
 
 // 128-bit lane L of out[q] = 128-bit lane q of in[L].
-KVCACHE_AVX512 KVCACHE_INLINE void transpose_lanes(const __m512 in[4], __m512 out[4]) {
-  const __m512 p0 = _mm512_shuffle_f32x4(in[0], in[1], 0x44);
-  const __m512 p1 = _mm512_shuffle_f32x4(in[0], in[1], 0xEE);
-  const __m512 p2 = _mm512_shuffle_f32x4(in[2], in[3], 0x44);
-  const __m512 p3 = _mm512_shuffle_f32x4(in[2], in[3], 0xEE);
-  out[0] = _mm512_shuffle_f32x4(p0, p2, 0x88);
-  out[1] = _mm512_shuffle_f32x4(p0, p2, 0xDD);
-  out[2] = _mm512_shuffle_f32x4(p1, p3, 0x88);
-  out[3] = _mm512_shuffle_f32x4(p1, p3, 0xDD);
+KVCACHE_AVX512 KVCACHE_INLINE void transpose_lanes(const __m512i in[4], __m512i out[4]) {
+  const __m512i p0 = _mm512_shuffle_i32x4(in[0], in[1], 0x44);
+  const __m512i p1 = _mm512_shuffle_i32x4(in[0], in[1], 0xEE);
+  const __m512i p2 = _mm512_shuffle_i32x4(in[2], in[3], 0x44);
+  const __m512i p3 = _mm512_shuffle_i32x4(in[2], in[3], 0xEE);
+  out[0] = _mm512_shuffle_i32x4(p0, p2, 0x88);
+  out[1] = _mm512_shuffle_i32x4(p0, p2, 0xDD);
+  out[2] = _mm512_shuffle_i32x4(p1, p3, 0x88);
+  out[3] = _mm512_shuffle_i32x4(p1, p3, 0xDD);
+}
+
+// 16 rows of Dwords (8 or 16) 32-bit words, `stride` bytes apart, transposed: lane t of
+// column[c] is word c of row t. Four rounds of 16 shuffles: pairs of rows interleaved by words,
+// then by pairs of words, then 128-bit lanes transposed.
+template <int Dwords>
+KVCACHE_AVX512 KVCACHE_INLINE void transpose_rows(const std::byte* rows, std::size_t stride,
+                                                  __m512i column[Dwords]) {
+  __m512i r[16], a[16], b[16];
+  for (int t = 0; t < 16; ++t) {
+    const std::byte* row = rows + t * stride;
+    r[t] = Dwords == 16 ? _mm512_loadu_si512(row)
+                        : _mm512_zextsi256_si512(
+                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row)));
+  }
+  for (int i = 0; i < 16; i += 2) {
+    a[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    a[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  // b[4j + m], 128-bit lane l: word 4l + m of rows 4j..4j + 3.
+  for (int j = 0; j < 16; j += 4) {
+    b[j] = _mm512_unpacklo_epi64(a[j], a[j + 2]);
+    b[j + 1] = _mm512_unpackhi_epi64(a[j], a[j + 2]);
+    b[j + 2] = _mm512_unpacklo_epi64(a[j + 1], a[j + 3]);
+    b[j + 3] = _mm512_unpackhi_epi64(a[j + 1], a[j + 3]);
+  }
+  for (int m = 0; m < 4; ++m) {
+    const __m512i quads[4] = {b[m], b[4 + m], b[8 + m], b[12 + m]};
+    __m512i out[4];
+    transpose_lanes(quads, out);
+    for (int l = 0; l < Dwords / 4; ++l) column[4 * l + m] = out[l];
+  }
+}
+
+// acc += the products of a's unsigned bytes and the four signed bytes at `codes` (in every
+// lane), summed per 32-bit lane (vpdpbusd with an embedded broadcast). Inline assembly for the
+// reason given at the value passes' dpwssd_broadcast.
+using AliasedQuad = std::int32_t __attribute__((may_alias));
+KVCACHE_INLINE void dpbusd_broadcast(__m512i& acc, __m512i a, const std::int8_t* codes) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0"
+      : "+v"(acc)
+      : "v"(a), "m"(*reinterpret_cast<const AliasedQuad*>(codes)));
 }
 
 // 16 int8 keys: vpdpbusd multiplies unsigned by signed bytes, so the key codes are flipped to
-// unsigned (k + 128, an xor) once for all heads, and 128 x the query's codes is taken off per
-// part. With D = 128 each token's halves are rearranged as [0, 32) + [64, 96) and [32, 64) +
-// [96, 128), so that parts 0 and 1 belong to the query's first chunk of 64 and parts 2 and 3 to
-// its second (quantize_query orders the codes to match). The integer sums are exact; the part's
-// query step and the key's scale turn them into logits.
+// unsigned (k + 128, an xor) and 128 x the query's codes taken off per part of 32 elements; the
+// part's step turns the exact integer sums into the logits, which the rows' scales multiply.
 template <int G, int D>
 KVCACHE_VNNI void keys16_int8(const Block16& b) {
   static_assert(D == 64 || D == 128);
-  const auto* k = static_cast<const std::int8_t*>(b.k);
-  const auto* key_scales = static_cast<const float*>(b.k_meta);
+  constexpr int Parts = D / 32;
+  const auto* k = static_cast<const std::byte*>(b.k);
   const QuantizedQuery& q8 = *b.q8;
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  __m512 parts[G][4];
-  for (int quad = 0; quad < 4; ++quad) {
-    prefetch_key_shares<4>(b, quad);
-    __m512i x[4], y[4];
-    for (int t = 0; t < 4; ++t) {
-      const std::int8_t* row = k + (4 * quad + t) * D;
-      const __m512i low = _mm512_loadu_si512(row);
-      if constexpr (D == 128) {
-        const __m512i high = _mm512_loadu_si512(row + 64);
-        x[t] = _mm512_xor_si512(_mm512_shuffle_i64x2(low, high, 0x44), flip);
-        y[t] = _mm512_xor_si512(_mm512_shuffle_i64x2(low, high, 0xEE), flip);
-      } else {
-        x[t] = _mm512_xor_si512(low, flip);
+  __m512 logits[G];
+  for (int g = 0; g < G; ++g) logits[g] = _mm512_setzero_ps();
+  for (int half = 0; half < D / 64; ++half) {  // 64 bytes of each row: 16 columns, parts 2h, 2h+1
+    prefetch_key_shares<D / 64>(b, half);
+    __m512i column[16];
+    transpose_rows<16>(k + 64 * half, D, column);
+    for (int c = 0; c < 16; ++c) column[c] = _mm512_xor_si512(column[c], flip);
+    for (int part = 2 * half; part < 2 * half + 2; ++part)
+      for (int g = 0; g < G; ++g) {
+        const std::int8_t* codes = q8.codes.data() + g * D + 32 * part;
+        __m512i dot[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+        for (int c = 0; c < 8; ++c)
+          dpbusd_broadcast(dot[c % 2], column[8 * (part % 2) + c], codes + 4 * c);
+        logits[g] = _mm512_add_ps(
+            logits[g],
+            _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(dot[0], dot[1])),
+                            _mm512_set1_ps(q8.part_steps[g * Parts + part]),
+                            _mm512_set1_ps(q8.part_sums[g * Parts + part])));
       }
-    }
-    // Lane 4L + t: the scale of token 4 quad + t.
-    const __m512 scales = _mm512_broadcast_f32x4(_mm_loadu_ps(key_scales + 4 * quad));
-    for (int g = 0; g < G; ++g) {
-      const std::int8_t* codes = q8.codes.data() + g * D;
-      __m512i d[4];
-      for (int t = 0; t < 4; ++t) {
-        d[t] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), x[t], _mm512_loadu_si512(codes));
-        if constexpr (D == 128)
-          d[t] = _mm512_dpbusd_epi32(d[t], y[t], _mm512_loadu_si512(codes + 64));
-      }
-      const __m512i dots =
-          _mm512_sub_epi32(sum_within_lanes(d), _mm512_loadu_si512(q8.lane_bias.data() + 16 * g));
-      parts[g][quad] =
-          _mm512_mul_ps(_mm512_cvtepi32_ps(dots),
-                        _mm512_mul_ps(_mm512_loadu_ps(q8.lane_steps.data() + 16 * g), scales));
-    }
   }
+  const __m512 row_scales = _mm512_loadu_ps(static_cast<const float*>(b.k_meta));  // 16, padded
   for (int g = 0; g < G; ++g)
-    softmax16<D>(sum_across_lanes(parts[g]), b.n, b.m[g], b.l + g * kLanes, b.acc + g * D,
-                 b.weight + 16 * g);
+    softmax16<D>(_mm512_mul_ps(logits[g], row_scales), b.n, b.m[g], b.l + g * kLanes,
+                 b.acc + g * D, b.weight + 16 * g);
 }
 
-// 16 int4 keys (groups of 32; D of 64 or 128: one vector of packed codes at most). The low
-// nibbles are the even elements and the high ones the odd elements, so a vector of each,
-// against the query's even and odd codes, makes part L group L: times the group's scale and
-// the query chunk's step, plus the group's minimum times step x the query codes' sum.
+// 16 int4 keys (groups of 32; D of 64 or 128): column c's low nibbles are elements 8c, 8c + 2,
+// 8c + 4, 8c + 6 and its high nibbles the odd ones after them, against the query's even and odd
+// codes. Per (head, group) the integer sum times the group's scale and the query chunk's step,
+// plus the group's minimum times step x the query codes' sum.
 template <int G, int D>
 KVCACHE_VNNI void keys16_int4(const Block16& b) {
   static_assert(D == 64 || D == 128);
-  constexpr __mmask64 half = D == 128 ? ~__mmask64{0} : (__mmask64{1} << (D / 2)) - 1;
-  const auto* k = static_cast<const std::byte*>(b.k);
+  constexpr int Groups = D / 32;
   const QuantizedQuery& q8 = *b.q8;
+  const GroupParams<D> params = group_params<D>(b.k_meta, 16);
+  __m512i column[D / 8];
+  transpose_rows<D / 8>(static_cast<const std::byte*>(b.k), D / 2, column);
   const __m512i nibble = _mm512_set1_epi8(0x0F);
-  // Per quad, lane 4L + t: token 4 quad + t's scale and minimum of group L (zeros past D).
-  __m512 scale[4], minimum[4];
-  {
-    const GroupParams<D> params = group_params<D>(b.k_meta, 16);
-    __m512 by_group[4], minimum_by_group[4];
-    for (int i = 0; i < 4; ++i) {
-      by_group[i] = i < D / 32 ? params.scale[i % (D / 32)] : _mm512_setzero_ps();
-      minimum_by_group[i] = i < D / 32 ? params.minimum[i % (D / 32)] : _mm512_setzero_ps();
-    }
-    transpose_lanes(by_group, scale);
-    transpose_lanes(minimum_by_group, minimum);
-  }
-  __m512 parts[G][4];
-  for (int quad = 0; quad < 4; ++quad) {
-    prefetch_key_shares<4>(b, quad);
+  __m512 logits[G];
+  for (int g = 0; g < G; ++g) logits[g] = _mm512_setzero_ps();
+  for (int group = 0; group < Groups; ++group) {
+    prefetch_key_shares<Groups>(b, group);
     __m512i even[4], odd[4];
-    for (int t = 0; t < 4; ++t) {
-      const __m512i packed = _mm512_maskz_loadu_epi8(half, k + (4 * quad + t) * D / 2);
-      even[t] = _mm512_and_si512(packed, nibble);
-      odd[t] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble);
+    for (int c = 0; c < 4; ++c) {
+      even[c] = _mm512_and_si512(column[4 * group + c], nibble);
+      odd[c] = _mm512_and_si512(_mm512_srli_epi16(column[4 * group + c], 4), nibble);
     }
     for (int g = 0; g < G; ++g) {
-      const std::int8_t* codes = q8.codes.data() + g * D;
-      const __m512i q_even = _mm512_maskz_loadu_epi8(half, codes);
-      const __m512i q_odd = _mm512_maskz_loadu_epi8(half, codes + D / 2);
-      __m512i d[4];
-      for (int t = 0; t < 4; ++t)
-        d[t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), even[t], q_even),
-                                   odd[t], q_odd);
-      parts[g][quad] = _mm512_fmadd_ps(
-          _mm512_cvtepi32_ps(sum_within_lanes(d)),
-          _mm512_mul_ps(scale[quad], _mm512_loadu_ps(q8.lane_steps.data() + 16 * g)),
-          _mm512_mul_ps(minimum[quad], _mm512_loadu_ps(q8.lane_sums.data() + 16 * g)));
+      const std::int8_t* codes = q8.codes.data() + g * D + 16 * group;
+      __m512i dot_even = _mm512_setzero_si512(), dot_odd = _mm512_setzero_si512();
+      for (int c = 0; c < 4; ++c) {
+        dpbusd_broadcast(dot_even, even[c], codes + 4 * c);
+        dpbusd_broadcast(dot_odd, odd[c], codes + D / 2 + 4 * c);
+      }
+      const float step = q8.part_steps[g * Groups + group];
+      const float sum = q8.part_sums[g * Groups + group];
+      logits[g] = _mm512_fmadd_ps(
+          _mm512_cvtepi32_ps(_mm512_add_epi32(dot_even, dot_odd)),
+          _mm512_mul_ps(params.scale[group], _mm512_set1_ps(step)),
+          _mm512_fmadd_ps(params.minimum[group], _mm512_set1_ps(sum), logits[g]));
     }
   }
   for (int g = 0; g < G; ++g)
-    softmax16<D>(sum_across_lanes(parts[g]), b.n, b.m[g], b.l + g * kLanes, b.acc + g * D,
-                 b.weight + 16 * g);
+    softmax16<D>(logits[g], b.n, b.m[g], b.l + g * kLanes, b.acc + g * D, b.weight + 16 * g);
 }
 
 KVCACHE_KERNELS_END
