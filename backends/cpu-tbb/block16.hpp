@@ -36,6 +36,12 @@ inline constexpr float kExp2Polynomial[7] = {1.5403530393381606e-4f,
 // case. The integer sums, exact, are scaled once per block.
 inline constexpr float kLargestCode = 32767.0f;
 
+// The AVX-512 int4 value pass takes the blocks of a span of up to kSpanBlocks at once (from one
+// page or several), so that what it does per head and group (rounding bounds, minima sums,
+// converting its integer sums) is paid once per span; the key passes of a span's blocks run
+// first and leave their weights in rows of kSpan per head.
+inline constexpr std::uint32_t kSpanBlocks = 4, kSpan = 16 * kSpanBlocks;
+
 // What the passes over a block read: q (float, or quantized for int8/int4 keys), 16 key rows
 // (zeros past n), n value rows (an even number for the integer passes: an odd block gets a row
 // of zeros), the tiles to prefetch, and the softmax state of the G heads.
@@ -54,7 +60,20 @@ struct Block16 {
   float* m;
   float* l;
   float* acc;
-  float* weight;  // [G][16], aligned: the key pass's weights in token order, for the value pass
+  // Head g's 16 weights in token order at weight + kSpan x g (aligned), from the key pass for the
+  // value pass; the `waiting` before them in each row are the weights of the span's earlier
+  // blocks, not yet in acc, so a raised m rescales them too.
+  float* weight;
+  std::uint32_t waiting;
+};
+
+// Blocks whose value pass waits for their span to fill: the blocks, their weights ([G] rows of
+// kSpan) and, for odd blocks, their value rows copied with a row of zeros after them.
+struct PendingValues {
+  Block16 blocks[kSpanBlocks];
+  std::uint32_t count = 0;
+  alignas(64) float weight[kMaxGroup * kSpan];
+  alignas(64) std::byte padded[kSpanBlocks][16 * kMaxDim];
 };
 
 // Asks for shares [first, first + count) (of 32) of the prefetch lines, so they spread through
@@ -76,25 +95,28 @@ KVCACHE_INLINE void prefetch_key_shares(const Block16& b, int g) {
   prefetch_shares(b, static_cast<std::uint32_t>(g) * kShares / 2 / G, kShares / 2 / G);
 }
 
-// A pass over a block of 16: keys to weights, or weights and values to the accumulators.
-using Pass16 = void (*)(const Block16&);
+// A value pass for the blocks of a span that goes through them one by one.
+template <Pass16 Pass>
+void each_block(const Block16* blocks, std::uint32_t count) {
+  for (std::uint32_t i = 0; i < count; ++i) Pass(blocks[i]);
+}
 
 // The passes for G query heads per KV head and head dimension D (G of 1, 2, 4 or 8; D of 64 or
 // 128), or null; defined in each family's key_passes.cpp and value_passes.cpp. The AVX2 family
 // has integer passes with and without AVX-VNNI.
 namespace avx512 {
 Pass16 key_pass(std::uint32_t group, std::uint32_t dim, Rows keys);
-Pass16 value_pass(std::uint32_t group, std::uint32_t dim, Rows values);
+ValuePass value_pass(std::uint32_t group, std::uint32_t dim, Rows values);
 }  // namespace avx512
 namespace avx2 {
 Pass16 key_pass(std::uint32_t group, std::uint32_t dim, Rows keys, bool vnni);
-Pass16 value_pass(std::uint32_t group, std::uint32_t dim, Rows values, bool vnni);
+ValuePass value_pass(std::uint32_t group, std::uint32_t dim, Rows values, bool vnni);
 }  // namespace avx2
 
 // The pass for rows of `kind`: floats.template operator()<R>() for the kinds read as floats,
 // else `int8` or `int4`.
-template <class Floats>
-Pass16 for_kind(Rows kind, Floats floats, Pass16 int8, Pass16 int4) {
+template <class Pass, class Floats>
+Pass for_kind(Rows kind, Floats floats, Pass int8, Pass int4) {
   switch (kind) {
     case Rows::float32:
       return floats.template operator()<Rows::float32>();
@@ -113,9 +135,9 @@ Pass16 for_kind(Rows kind, Floats floats, Pass16 int8, Pass16 int4) {
 }
 
 // pick.template operator()<G, D>() for a specialized shape, or null.
-template <class Pick>
-Pass16 for_shape(std::uint32_t group, std::uint32_t dim, Pick pick) {
-  const auto with_dim = [&]<int D>() -> Pass16 {
+template <class Pass = Pass16, class Pick>
+Pass for_shape(std::uint32_t group, std::uint32_t dim, Pick pick) {
+  const auto with_dim = [&]<int D>() -> Pass {
     switch (group) {
       case 1:
         return pick.template operator()<1, D>();

@@ -243,9 +243,13 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
       qg = tile_q.data();
       if (integer_rows(kernels.keys())) qq = &(tile_q8 = kernels.quantize(qg));
     }
+    PendingValues pending;
     for_each_block(item, k, v, kernels.keys(), kernels.values(), true,
                    [&](const RowBlock& keys, const RowBlock& values, std::uint64_t,
-                       std::uint32_t n) { kernels(qg, qq, keys, values, n, partial[it], logits); });
+                       std::uint32_t n) {
+                     kernels(qg, qq, keys, values, n, partial[it], pending, logits);
+                   });
+    kernels.flush(pending);
   });
 
   // Gather the parts of each (query, KV head), normalize, write.

@@ -1,6 +1,7 @@
 #include "softmax_block.hpp"
 
 #include <algorithm>
+#include <type_traits>
 #include <cmath>
 #include <cstddef>
 #include <cstdlib>
@@ -60,16 +61,19 @@ KVCACHE_AVX512 void accumulate_avx512(const float* weights, std::uint32_t group,
 
 KVCACHE_KERNELS_END
 
-// The pass over rows of this kind for the shape, or null: with AVX-512, float kinds, and int8
-// and int4 where the CPU also has VNNI; with AVX2, every kind.
-Pass16 pass_for(VectorIsa isa, std::uint32_t group, std::uint32_t dim, Rows kind, bool value) {
+// The key or value pass over rows of this kind for the shape, or null: with AVX-512, float
+// kinds, and int8 and int4 where the CPU also has VNNI; with AVX2, every kind.
+template <bool Value>
+std::conditional_t<Value, ValuePass, Pass16> pass_for(VectorIsa isa, std::uint32_t group,
+                                                      std::uint32_t dim, Rows kind) {
   switch (isa) {
     case VectorIsa::avx512:
       if (integer_rows(kind) && !has_vnni()) return nullptr;
-      return value ? avx512::value_pass(group, dim, kind) : avx512::key_pass(group, dim, kind);
+      if constexpr (Value) return avx512::value_pass(group, dim, kind);
+      else return avx512::key_pass(group, dim, kind);
     case VectorIsa::avx2:
-      return value ? avx2::value_pass(group, dim, kind, has_vnni())
-                   : avx2::key_pass(group, dim, kind, has_vnni());
+      if constexpr (Value) return avx2::value_pass(group, dim, kind, has_vnni());
+      else return avx2::key_pass(group, dim, kind, has_vnni());
     case VectorIsa::portable:
       return nullptr;
   }
@@ -220,17 +224,21 @@ BlockAttention::BlockAttention(std::uint32_t group, std::uint32_t dim, Rows stor
     : group_(group), dim_(dim), isa_(vector_isa()) {
   // Each side read in place where a pass can, else decoded to float32; the portable path where
   // the shape or the CPU has no passes at all.
-  const auto choose = [&](Rows stored, bool value, Rows& kind, Pass& pass) {
+  const auto choose = [&]<bool Value>(Rows stored, Rows& kind, auto& pass) {
     kind = stored;
-    pass = pass_for(isa_, group, dim, stored, value);
-    if (pass == nullptr) pass = pass_for(isa_, group, dim, kind = Rows::float32, value);
+    pass = pass_for<Value>(isa_, group, dim, stored);
+    if (pass == nullptr) pass = pass_for<Value>(isa_, group, dim, kind = Rows::float32);
   };
-  choose(stored_keys, false, keys_, key_pass_);
-  choose(stored_values, true, values_, value_pass_);
+  choose.template operator()<false>(stored_keys, keys_, key_pass_);
+  choose.template operator()<true>(stored_values, values_, value_pass_);
   if (key_pass_ == nullptr || value_pass_ == nullptr) {
     keys_ = values_ = Rows::float32;
-    key_pass_ = value_pass_ = nullptr;
+    key_pass_ = nullptr;
+    value_pass_ = nullptr;
   }
+  // The AVX-512 int4 value pass takes spans (int8 rows, whose format errs less, are rounded per
+  // block of 16: see kLargestCode).
+  if (isa_ == VectorIsa::avx512 && values_ == Rows::int4) span_ = kSpanBlocks;
   key_bytes_ = row_bytes(keys_, dim);
   key_meta_ = meta_bytes(keys_, dim);
   value_bytes_ = row_bytes(values_, dim);
@@ -239,7 +247,7 @@ BlockAttention::BlockAttention(std::uint32_t group, std::uint32_t dim, Rows stor
 
 void BlockAttention::operator()(const float* q, const QuantizedQuery* q8, const RowBlock& k,
                                 const RowBlock& v, std::uint32_t n, SoftmaxState& state,
-                                float* logits) const {
+                                PendingValues& pending, float* logits) const {
   if (key_pass_ == nullptr) {
     portable(q, k, v, n, state, logits);
     return;
@@ -253,23 +261,23 @@ void BlockAttention::operator()(const float* q, const QuantizedQuery* q8, const 
   const std::uint32_t ahead_lines[2] = {lines(k), lines(v)};
   // The kernels read 16 key rows: a partial block's are copied and padded with zeros (finite;
   // their weight is 0).
-  alignas(64) std::byte pad[16 * kMaxDim * 4], pad_meta[16 * kMaxDim / 32 * 4],
-      pad_values[16 * kMaxDim];
-  alignas(64) float weight[kMaxGroup * 16];
+  alignas(64) std::byte pad[16 * kMaxDim * 4], pad_meta[16 * kMaxDim / 32 * 4];
   for (std::uint32_t b = 0; b < blocks; ++b) {
-    const std::uint32_t j = 16 * b, rows = std::min(16u, n - j);
-    Block16 block{q,
-                  q8,
-                  keys + j * key_bytes_,
-                  static_cast<const std::byte*>(k.meta) + j * key_meta_,
-                  values + j * value_bytes_,
-                  static_cast<const std::byte*>(v.meta) + j * value_meta_,
-                  rows,
-                  {},
-                  state.m.data(),
-                  state.l.data(),
-                  state.acc.data(),
-                  weight};
+    const std::uint32_t j = 16 * b, rows = std::min(16u, n - j), place = pending.count;
+    Block16& block = pending.blocks[place];
+    block = {q,
+             q8,
+             keys + j * key_bytes_,
+             static_cast<const std::byte*>(k.meta) + j * key_meta_,
+             values + j * value_bytes_,
+             static_cast<const std::byte*>(v.meta) + j * value_meta_,
+             rows,
+             {},
+             state.m.data(),
+             state.l.data(),
+             state.acc.data(),
+             pending.weight + 16 * place,
+             16 * place};
     // Each block asks for its share of the next tiles.
     const RowBlock* sides[2] = {&k, &v};
     for (int i = 0; i < 2; ++i) {
@@ -291,13 +299,20 @@ void BlockAttention::operator()(const float* q, const QuantizedQuery* q8, const 
     // The integer value passes read rows in pairs: an odd block's rows are copied and followed
     // by a row of zeros.
     if (rows % 2 == 1 && integer_rows(values_)) {
-      std::memcpy(pad_values, block.v, rows * value_bytes_);
-      std::memset(pad_values + rows * value_bytes_, 0, value_bytes_);
-      block.v = pad_values;
+      std::byte* padded = pending.padded[place];
+      std::memcpy(padded, block.v, rows * value_bytes_);
+      std::memset(padded + rows * value_bytes_, 0, value_bytes_);
+      block.v = padded;
     }
     key_pass_(block);
-    value_pass_(block);
+    if (++pending.count == span_) flush(pending);
   }
+}
+
+void BlockAttention::flush(PendingValues& pending) const {
+  if (pending.count == 0) return;
+  value_pass_(pending.blocks, pending.count);
+  pending.count = 0;
 }
 
 void BlockAttention::portable(const float* q, const RowBlock& k, const RowBlock& v, std::uint32_t n,

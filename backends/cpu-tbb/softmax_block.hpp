@@ -79,6 +79,12 @@ struct QuantizedQuery {
 };
 
 struct Block16;
+struct PendingValues;
+// A pass over a block of 16: keys to weights, or weights and values to the accumulators. Value
+// passes take the blocks of a span (see kSpanBlocks): all at once (the AVX-512 int4 pass) or one
+// by one.
+using Pass16 = void (*)(const Block16&);
+using ValuePass = void (*)(const Block16* blocks, std::uint32_t count);
 
 // Adds blocks of keys and values of one shape to softmax states, with kernels chosen once, at
 // construction, for the kinds the rows are stored in and the CPU (cpu_features.hpp). It reads
@@ -96,19 +102,25 @@ class BlockAttention {
   // q ([group][dim] floats) quantized for the kernels of int8 and int4 keys.
   QuantizedQuery quantize(const float* q) const;
   // Adds n keys and values to the state. q: [group][dim] floats, and q8 the same quantized
-  // (int8 and int4 keys). `logits` has room for group * n floats.
+  // (int8 and int4 keys). `logits` has room for group * n floats. The values of the last blocks
+  // may wait in `pending` (one per state, block16.hpp) until their span fills: flush() before
+  // the state is read.
   void operator()(const float* q, const QuantizedQuery* q8, const RowBlock& k, const RowBlock& v,
-                  std::uint32_t n, SoftmaxState& state, float* logits) const;
+                  std::uint32_t n, SoftmaxState& state, PendingValues& pending,
+                  float* logits) const;
+  // Adds the values waiting in `pending` to their state.
+  void flush(PendingValues& pending) const;
 
  private:
-  using Pass = void (*)(const Block16&);
   void portable(const float* q, const RowBlock& k, const RowBlock& v, std::uint32_t n,
                 SoftmaxState& state, float* logits) const;
 
   std::uint32_t group_, dim_;
   VectorIsa isa_;
   Rows keys_, values_;
-  Pass key_pass_ = nullptr, value_pass_ = nullptr;  // null: the portable path
+  Pass16 key_pass_ = nullptr;  // null: the portable path
+  ValuePass value_pass_ = nullptr;
+  std::uint32_t span_ = 1;  // blocks per value pass
   std::size_t key_bytes_ = 0, key_meta_ = 0, value_bytes_ = 0, value_meta_ = 0;  // per row
 };
 

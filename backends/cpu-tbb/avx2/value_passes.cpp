@@ -16,6 +16,7 @@ KVCACHE_AVX2 void values16(const Block16& b) {
   constexpr int H = std::min(C, std::max(1, 8 / G));  // vectors per pass
   alignas(32) float scaled[V == Rows::fp8 ? G : 1][16];
   const float* weight = b.weight;
+  std::size_t row = kSpan;  // floats from one head's weights to the next's
   if constexpr (V == Rows::fp8) {
     alignas(32) float scales[16] = {};
     std::copy_n(static_cast<const float*>(b.v_meta), b.n, scales);
@@ -23,9 +24,10 @@ KVCACHE_AVX2 void values16(const Block16& b) {
       for (int h = 0; h < 2; ++h)
         _mm256_store_ps(
             scaled[g] + 8 * h,
-            _mm256_mul_ps(_mm256_load_ps(b.weight + 16 * g + 8 * h),
+            _mm256_mul_ps(_mm256_load_ps(b.weight + kSpan * g + 8 * h),
                           _mm256_mul_ps(_mm256_load_ps(scales + 8 * h), _mm256_set1_ps(kFp8Unit))));
     weight = &scaled[0][0];
+    row = 16;
   }
   for (int pass = 0; pass < C; pass += H) {
     __m256 a[G][H];
@@ -36,7 +38,7 @@ KVCACHE_AVX2 void values16(const Block16& b) {
       for (int h = 0; h < H; ++h) {
         const __m256 v = load_floats8<V>(b.v, std::size_t{j} * D + 8 * (pass + h));
         for (int g = 0; g < G; ++g)
-          a[g][h] = _mm256_fmadd_ps(_mm256_broadcast_ss(weight + g * 16 + j), v, a[g][h]);
+          a[g][h] = _mm256_fmadd_ps(_mm256_broadcast_ss(weight + g * row + j), v, a[g][h]);
       }
     }
     for (int g = 0; g < G; ++g)
@@ -118,7 +120,7 @@ KVCACHE_AVX2 KVCACHE_INLINE void scaled_weights(const Block16& b, int g, const f
                                                 __m256 out[2]) {
   for (int h = 0; h < 2; ++h)
     out[h] =
-        _mm256_mul_ps(_mm256_load_ps(b.weight + 16 * g + 8 * h), _mm256_load_ps(scales + 8 * h));
+        _mm256_mul_ps(_mm256_load_ps(b.weight + kSpan * g + 8 * h), _mm256_load_ps(scales + 8 * h));
 }
 
 template <int G, int D, class Dot>
@@ -186,8 +188,8 @@ KVCACHE_AVX2 void values16_int4(const Block16& b) {
       scaled_weights(b, g, params.scale[i], w);
       unit[g][i] = store_codes(w, codes[g][i]);
       const __m256 terms = _mm256_add_ps(
-          _mm256_mul_ps(_mm256_load_ps(b.weight + 16 * g), _mm256_load_ps(params.minimum[i])),
-          _mm256_mul_ps(_mm256_load_ps(b.weight + 16 * g + 8),
+          _mm256_mul_ps(_mm256_load_ps(b.weight + kSpan * g), _mm256_load_ps(params.minimum[i])),
+          _mm256_mul_ps(_mm256_load_ps(b.weight + kSpan * g + 8),
                         _mm256_load_ps(params.minimum[i] + 8)));
       __m128 half = _mm_add_ps(_mm256_castps256_ps128(terms), _mm256_extractf128_ps(terms, 1));
       half = _mm_add_ps(half, _mm_movehl_ps(half, half));
@@ -199,12 +201,12 @@ KVCACHE_AVX2 void values16_int4(const Block16& b) {
 
 }  // namespace
 
-Pass16 value_pass(std::uint32_t group, std::uint32_t dim, Rows values, bool vnni) {
-  return for_shape(group, dim, [values, vnni]<int G, int D>() {
-    return for_kind(
-        values, []<Rows R>() -> Pass16 { return &values16<G, D, R>; },
-        vnni ? &values16_int8<G, D, VnniDot> : &values16_int8<G, D, MaddDot>,
-        vnni ? &values16_int4<G, D, VnniDot> : &values16_int4<G, D, MaddDot>);
+ValuePass value_pass(std::uint32_t group, std::uint32_t dim, Rows values, bool vnni) {
+  return for_shape<ValuePass>(group, dim, [values, vnni]<int G, int D>() {
+    return for_kind<ValuePass>(
+        values, []<Rows R>() -> ValuePass { return &each_block<&values16<G, D, R>>; },
+        vnni ? &each_block<&values16_int8<G, D, VnniDot>> : &each_block<&values16_int8<G, D, MaddDot>>,
+        vnni ? &each_block<&values16_int4<G, D, VnniDot>> : &each_block<&values16_int4<G, D, MaddDot>>);
   });
 }
 

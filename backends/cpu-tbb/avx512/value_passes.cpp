@@ -15,13 +15,15 @@ KVCACHE_AVX512 void values16(const Block16& b) {
   // fp8 rows' scales multiply their weights.
   alignas(64) float scaled[V == Rows::fp8 ? G : 1][16];
   const float* weight = b.weight;
+  std::size_t row = kSpan;  // floats from one head's weights to the next's
   if constexpr (V == Rows::fp8) {
     const __m512 scales =
         _mm512_mul_ps(_mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << b.n) - 1), b.v_meta),
                       _mm512_set1_ps(kFp8Unit));
     for (int g = 0; g < G; ++g)
-      _mm512_store_ps(scaled[g], _mm512_mul_ps(_mm512_load_ps(b.weight + 16 * g), scales));
+      _mm512_store_ps(scaled[g], _mm512_mul_ps(_mm512_load_ps(b.weight + kSpan * g), scales));
     weight = &scaled[0][0];
+    row = 16;
   }
   for (int pass = 0; pass < C; pass += H) {
     __m512 a[G][H];
@@ -33,7 +35,7 @@ KVCACHE_AVX512 void values16(const Block16& b) {
       for (int h = 0; h < H; ++h)
         vj[h] = load_floats16<V>(b.v, std::size_t{j} * D + 16 * (pass + h));
       for (int g = 0; g < G; ++g) {
-        const __m512 w = _mm512_set1_ps(weight[g * 16 + j]);
+        const __m512 w = _mm512_set1_ps(weight[g * row + j]);
         for (int h = 0; h < H; ++h) a[g][h] = _mm512_fmadd_ps(w, vj[h], a[g][h]);
       }
     }
@@ -99,7 +101,7 @@ KVCACHE_VBMI void values16_int8(const Block16& b) {
   alignas(64) std::int16_t codes[G][16];
   float unit[G];
   for (int g = 0; g < G; ++g) {
-    const __m512 w = _mm512_mul_ps(_mm512_load_ps(b.weight + 16 * g), scales);
+    const __m512 w = _mm512_mul_ps(_mm512_load_ps(b.weight + kSpan * g), scales);
     const __m512 top = broadcast_max(w);
     store_codes(_mm512_mul_ps(w, _mm512_mul_ps(reciprocal(top), _mm512_set1_ps(kLargestCode))),
                 codes[g]);
@@ -154,38 +156,51 @@ struct NibbleWords {
 };
 inline constexpr NibbleWords kNibbleWords;
 
-// int4 values: per (head, group of 32) the weights times the group's scales, rounded against the
-// head's largest weight times the group's largest scale; the minima times the weights make one
-// sum per (head, group), added to the group's elements. Groups go through in passes small enough
-// that each (head, group)'s even and odd sums stay in registers.
+// int4 values, the blocks of a span at once: per (head, group of 32) the weights times the
+// group's scales, rounded against the head's largest weight times the group's largest scale in
+// the span; the minima times the weights make one sum per (head, group), added to the group's
+// elements. Groups go through in passes small enough that each (head, group)'s even and odd
+// sums stay in registers.
 template <int G, int D>
-KVCACHE_VBMI void values16_int4(const Block16& b) {
+KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t count) {
   static_assert(D == 64 || D == 128);
   constexpr int Groups = D / 32;
   constexpr int P = Groups < 8 / G ? Groups : 8 / G;  // groups per pass: 2 x G x P sums
-  const GroupParams<D> params = group_params<D>(b.v_meta, b.n);
-  alignas(64) std::int16_t codes[G][Groups][16];
+  GroupParams<D> params[kSpanBlocks];
+  for (std::uint32_t k = 0; k < count; ++k)
+    params[k] = group_params<D>(blocks[k].v_meta, blocks[k].n);
+  alignas(64) std::int16_t codes[G][Groups][kSpan];
   float unit[G][Groups];
   alignas(64) float minimum_sum[(G * Groups + 15) / 16 * 16];
   {
     // Weights scaled to at most kLargestCode per head, scales to at most 1 per group.
-    __m512 scales[Groups];
     float top_scale[Groups];
+    __m512 reciprocal_top_scale[Groups];
     for (int i = 0; i < Groups; ++i) {
-      const __m512 top = broadcast_max(params.scale[i]);
-      scales[i] = _mm512_mul_ps(params.scale[i], reciprocal(top));
+      __m512 top = params[0].scale[i];
+      for (std::uint32_t k = 1; k < count; ++k) top = _mm512_max_ps(top, params[k].scale[i]);
+      top = broadcast_max(top);
+      reciprocal_top_scale[i] = reciprocal(top);
       top_scale[i] = _mm512_cvtss_f32(top);
     }
     __m512 terms[(G * Groups + 15) / 16 * 16];
     for (int g = 0; g < G; ++g) {
-      const __m512 w = _mm512_load_ps(b.weight + 16 * g);
-      const __m512 top = broadcast_max(w);
-      const __m512 scaled =
-          _mm512_mul_ps(w, _mm512_mul_ps(reciprocal(top), _mm512_set1_ps(kLargestCode)));
+      __m512 w[kSpanBlocks];
+      __m512 top = w[0] = _mm512_load_ps(blocks[0].weight + kSpan * g);
+      for (std::uint32_t k = 1; k < count; ++k)
+        top = _mm512_max_ps(top, w[k] = _mm512_load_ps(blocks[k].weight + kSpan * g));
+      top = broadcast_max(top);
+      const __m512 factor = _mm512_mul_ps(reciprocal(top), _mm512_set1_ps(kLargestCode));
       for (int i = 0; i < Groups; ++i) {
-        store_codes(_mm512_mul_ps(scaled, scales[i]), codes[g][i]);
+        const __m512 per_scale = _mm512_mul_ps(factor, reciprocal_top_scale[i]);
+        __m512 minimum = _mm512_setzero_ps();
+        for (std::uint32_t k = 0; k < count; ++k) {
+          store_codes(_mm512_mul_ps(_mm512_mul_ps(w[k], params[k].scale[i]), per_scale),
+                      codes[g][i] + 16 * k);
+          minimum = _mm512_fmadd_ps(w[k], params[k].minimum[i], minimum);
+        }
         unit[g][i] = _mm512_cvtss_f32(top) * top_scale[i] / kLargestCode;
-        terms[g * Groups + i] = _mm512_mul_ps(w, params.minimum[i]);
+        terms[g * Groups + i] = minimum;
       }
     }
     for (int i = G * Groups; i < (G * Groups + 15) / 16 * 16; ++i) terms[i] = _mm512_setzero_ps();
@@ -194,7 +209,6 @@ KVCACHE_VBMI void values16_int4(const Block16& b) {
       _mm512_store_ps(minimum_sum + i,
                       _mm512_permutexvar_ps(lane_of_slot, sum_lanes16<AddFloats>(terms + i)));
   }
-  const auto* v = static_cast<const std::byte*>(b.v);
   const __m512i index[2] = {_mm512_load_si512(kNibbleWords.index[0]),
                             _mm512_load_si512(kNibbleWords.index[1])};
   const __m512i nibble = _mm512_set1_epi16(0x0F);
@@ -202,25 +216,30 @@ KVCACHE_VBMI void values16_int4(const Block16& b) {
     __m512i even[G][P], odd[G][P];
     for (int g = 0; g < G; ++g)
       for (int i = 0; i < P; ++i) even[g][i] = odd[g][i] = _mm512_setzero_si512();
-    for (std::uint32_t j = 0; j < b.n; j += 2) {
-      if (first == 0) prefetch_shares(b, kShares / 2 + j, 2);
-      __m512i bytes;
-      for (int i = 0; i < P; ++i) {
-        const int group = first + i;
-        if (i == 0 || group % 2 == 0) bytes = row_pair_bytes<D / 2>(v, j, 16 * (group - group % 2));
-        const __m512i words = _mm512_maskz_permutexvar_epi8(kLowBytes, index[group % 2], bytes);
-        const __m512i low = _mm512_and_si512(words, nibble);
-        const __m512i high = _mm512_srli_epi16(words, 4);
-        for (int g = 0; g < G; ++g) {
-          dpwssd_broadcast(even[g][i], low, codes[g][group] + j);
-          dpwssd_broadcast(odd[g][i], high, codes[g][group] + j);
+    for (std::uint32_t k = 0; k < count; ++k) {
+      const Block16& b = blocks[k];
+      const auto* v = static_cast<const std::byte*>(b.v);
+      for (std::uint32_t j = 0; j < b.n; j += 2) {
+        if (first == 0) prefetch_shares(b, kShares / 2 + j, 2);
+        __m512i bytes;
+        for (int i = 0; i < P; ++i) {
+          const int group = first + i;
+          if (i == 0 || group % 2 == 0)
+            bytes = row_pair_bytes<D / 2>(v, j, 16 * (group - group % 2));
+          const __m512i words = _mm512_maskz_permutexvar_epi8(kLowBytes, index[group % 2], bytes);
+          const __m512i low = _mm512_and_si512(words, nibble);
+          const __m512i high = _mm512_srli_epi16(words, 4);
+          for (int g = 0; g < G; ++g) {
+            dpwssd_broadcast(even[g][i], low, codes[g][group] + 16 * k + j);
+            dpwssd_broadcast(odd[g][i], high, codes[g][group] + 16 * k + j);
+          }
         }
       }
     }
     for (int g = 0; g < G; ++g)
       for (int i = 0; i < P; ++i) {
         const int group = first + i;
-        float* out = b.acc + g * D + 32 * group;
+        float* out = blocks[0].acc + g * D + 32 * group;
         const __m512 step = _mm512_set1_ps(unit[g][group]);
         const __m512 minimum = _mm512_set1_ps(minimum_sum[g * Groups + group]);
         const __m512i halves[2] = {_mm512_unpacklo_epi32(even[g][i], odd[g][i]),
@@ -238,13 +257,13 @@ KVCACHE_KERNELS_END
 
 }  // namespace
 
-Pass16 value_pass(std::uint32_t group, std::uint32_t dim, Rows values) {
+ValuePass value_pass(std::uint32_t group, std::uint32_t dim, Rows values) {
   // Without byte permutes, int8 and int4 values are decoded to float32.
   const bool vbmi = has_vbmi();
-  return for_shape(group, dim, [values, vbmi]<int G, int D>() {
-    return for_kind(
-        values, []<Rows R>() -> Pass16 { return &values16<G, D, R>; },
-        vbmi ? &values16_int8<G, D> : nullptr, vbmi ? &values16_int4<G, D> : nullptr);
+  return for_shape<ValuePass>(group, dim, [values, vbmi]<int G, int D>() {
+    return for_kind<ValuePass>(
+        values, []<Rows R>() -> ValuePass { return &each_block<&values16<G, D, R>>; },
+        vbmi ? &each_block<&values16_int8<G, D>> : nullptr, vbmi ? &values_int4<G, D> : nullptr);
   });
 }
 
