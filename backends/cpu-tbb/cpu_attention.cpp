@@ -244,11 +244,11 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
       if (integer_rows(kernels.keys())) qq = &(tile_q8 = kernels.quantize(qg));
     }
     PendingValues pending;
-    for_each_block(item, k, v, kernels.keys(), kernels.values(), true,
-                   [&](const RowBlock& keys, const RowBlock& values, std::uint64_t,
-                       std::uint32_t n) {
-                     kernels(qg, qq, keys, values, n, partial[it], pending, logits);
-                   });
+    for_each_block(
+        item, k, v, kernels.keys(), kernels.values(), true,
+        [&](const RowBlock& keys, const RowBlock& values, std::uint64_t, std::uint32_t n) {
+          kernels(qg, qq, keys, values, n, partial[it], pending, logits);
+        });
     kernels.flush(pending);
   });
 

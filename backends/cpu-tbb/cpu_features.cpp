@@ -64,8 +64,8 @@ bool has_vnni() {
 }
 
 bool has_vbmi() {
-  static const bool yes = has_avx512() && __builtin_cpu_supports("avx512vbmi") != 0 &&
-                          !set("KVCACHE_CPU_NO_VBMI");
+  static const bool yes =
+      has_avx512() && __builtin_cpu_supports("avx512vbmi") != 0 && !set("KVCACHE_CPU_NO_VBMI");
   return yes;
 }
 

@@ -1,11 +1,11 @@
 #include "softmax_block.hpp"
 
 #include <algorithm>
-#include <type_traits>
 #include <cmath>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "avx2/vectors.hpp"
 #include "avx512/vectors.hpp"
@@ -69,11 +69,15 @@ std::conditional_t<Value, ValuePass, Pass16> pass_for(VectorIsa isa, std::uint32
   switch (isa) {
     case VectorIsa::avx512:
       if (integer_rows(kind) && !has_vnni()) return nullptr;
-      if constexpr (Value) return avx512::value_pass(group, dim, kind);
-      else return avx512::key_pass(group, dim, kind);
+      if constexpr (Value)
+        return avx512::value_pass(group, dim, kind);
+      else
+        return avx512::key_pass(group, dim, kind);
     case VectorIsa::avx2:
-      if constexpr (Value) return avx2::value_pass(group, dim, kind, has_vnni());
-      else return avx2::key_pass(group, dim, kind, has_vnni());
+      if constexpr (Value)
+        return avx2::value_pass(group, dim, kind, has_vnni());
+      else
+        return avx2::key_pass(group, dim, kind, has_vnni());
     case VectorIsa::portable:
       return nullptr;
   }

@@ -205,8 +205,10 @@ ValuePass value_pass(std::uint32_t group, std::uint32_t dim, Rows values, bool v
   return for_shape<ValuePass>(group, dim, [values, vnni]<int G, int D>() {
     return for_kind<ValuePass>(
         values, []<Rows R>() -> ValuePass { return &each_block<&values16<G, D, R>>; },
-        vnni ? &each_block<&values16_int8<G, D, VnniDot>> : &each_block<&values16_int8<G, D, MaddDot>>,
-        vnni ? &each_block<&values16_int4<G, D, VnniDot>> : &each_block<&values16_int4<G, D, MaddDot>>);
+        vnni ? &each_block<&values16_int8<G, D, VnniDot>>
+             : &each_block<&values16_int8<G, D, MaddDot>>,
+        vnni ? &each_block<&values16_int4<G, D, VnniDot>>
+             : &each_block<&values16_int4<G, D, MaddDot>>);
   });
 }
 

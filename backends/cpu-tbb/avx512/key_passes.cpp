@@ -76,9 +76,9 @@ KVCACHE_AVX512 KVCACHE_INLINE void transpose_rows(const std::byte* rows, std::si
   __m512i r[16], a[16], b[16];
   for (int t = 0; t < 16; ++t) {
     const std::byte* row = rows + t * stride;
-    r[t] = Dwords == 16 ? _mm512_loadu_si512(row)
-                        : _mm512_zextsi256_si512(
-                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row)));
+    r[t] = Dwords == 16
+               ? _mm512_loadu_si512(row)
+               : _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row)));
   }
   for (int i = 0; i < 16; i += 2) {
     a[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
@@ -133,16 +133,15 @@ KVCACHE_VNNI void keys16_int8(const Block16& b) {
         for (int c = 0; c < 8; ++c)
           dpbusd_broadcast(dot[c % 2], column[8 * (part % 2) + c], codes + 4 * c);
         logits[g] = _mm512_add_ps(
-            logits[g],
-            _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(dot[0], dot[1])),
-                            _mm512_set1_ps(q8.part_steps[g * Parts + part]),
-                            _mm512_set1_ps(q8.part_sums[g * Parts + part])));
+            logits[g], _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(dot[0], dot[1])),
+                                       _mm512_set1_ps(q8.part_steps[g * Parts + part]),
+                                       _mm512_set1_ps(q8.part_sums[g * Parts + part])));
       }
   }
   const __m512 row_scales = _mm512_loadu_ps(static_cast<const float*>(b.k_meta));  // 16, padded
   for (int g = 0; g < G; ++g)
-    softmax16<D>(_mm512_mul_ps(logits[g], row_scales), b.n, b.m[g], b.l + g * kLanes,
-                 b.acc + g * D, b.weight + kSpan * g, b.waiting);
+    softmax16<D>(_mm512_mul_ps(logits[g], row_scales), b.n, b.m[g], b.l + g * kLanes, b.acc + g * D,
+                 b.weight + kSpan * g, b.waiting);
 }
 
 // 16 int4 keys (groups of 32; D of 64 or 128): column c's low nibbles are elements 8c, 8c + 2,
@@ -176,14 +175,15 @@ KVCACHE_VNNI void keys16_int4(const Block16& b) {
       }
       const float step = q8.part_steps[g * Groups + group];
       const float sum = q8.part_sums[g * Groups + group];
-      logits[g] = _mm512_fmadd_ps(
-          _mm512_cvtepi32_ps(_mm512_add_epi32(dot_even, dot_odd)),
-          _mm512_mul_ps(params.scale[group], _mm512_set1_ps(step)),
-          _mm512_fmadd_ps(params.minimum[group], _mm512_set1_ps(sum), logits[g]));
+      logits[g] =
+          _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(dot_even, dot_odd)),
+                          _mm512_mul_ps(params.scale[group], _mm512_set1_ps(step)),
+                          _mm512_fmadd_ps(params.minimum[group], _mm512_set1_ps(sum), logits[g]));
     }
   }
   for (int g = 0; g < G; ++g)
-    softmax16<D>(logits[g], b.n, b.m[g], b.l + g * kLanes, b.acc + g * D, b.weight + kSpan * g, b.waiting);
+    softmax16<D>(logits[g], b.n, b.m[g], b.l + g * kLanes, b.acc + g * D, b.weight + kSpan * g,
+                 b.waiting);
 }
 
 KVCACHE_KERNELS_END

@@ -130,8 +130,8 @@ KVCACHE_VBMI void values16_int8(const Block16& b) {
     for (int g = 0; g < G; ++g)
       for (int h = 0; h < H; ++h) {
         float* out = b.acc + g * D + 16 * (pass + h);
-        _mm512_storeu_ps(out, _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[g][h]),
-                                              _mm512_set1_ps(unit[g]), _mm512_loadu_ps(out)));
+        _mm512_storeu_ps(out, _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[g][h]), _mm512_set1_ps(unit[g]),
+                                              _mm512_loadu_ps(out)));
       }
   }
 }

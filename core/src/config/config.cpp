@@ -35,8 +35,8 @@ constexpr std::string_view kPluginPathVariable = "KVCACHE_PLUGIN_PATH";
 // Read by the command-line tool, not by the config.
 constexpr std::string_view kLogLevelVariable = "KVCACHE_LOG_LEVEL";
 // Read by the cpu-tbb backend (which kernels it may use), not by the config.
-constexpr std::array<std::string_view, 3> kCpuVariables = {
-    "KVCACHE_CPU_ISA", "KVCACHE_CPU_NO_VNNI", "KVCACHE_CPU_NO_VBMI"};
+constexpr std::array<std::string_view, 3> kCpuVariables = {"KVCACHE_CPU_ISA", "KVCACHE_CPU_NO_VNNI",
+                                                           "KVCACHE_CPU_NO_VBMI"};
 
 // A variable that sets one key; `key` is empty for a component section (a name, no options).
 struct EnvKey {
