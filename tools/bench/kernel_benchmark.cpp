@@ -1,0 +1,129 @@
+// The CPU attention kernels alone (run by hand, not by the tests): one thread adds the same
+// `--tokens` keys and values of one KV head, held in cache, to a softmax state through
+// BlockAttention, for each storage format in turn, over many rounds, and prints each format's
+// best time per token and its rate against fp16's. Memory, threads and the store stay out of
+// the way, so a kernel change can be weighed on a machine too noisy for whole calls
+// (`kvcache bench attention` measures those).
+//
+//   build/bin/kvcache-kernel-benchmark [--group 4] [--dim 128] [--tokens 256] [--rounds 2000]
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "block16.hpp"
+#include "cpu_features.hpp"
+#include "kvcache/numeric.hpp"
+#include "softmax_block.hpp"
+
+namespace {
+
+using namespace kvcache;
+using cpu::Rows;
+
+struct Format {
+  const char* name;
+  Rows rows;
+  std::size_t bytes, meta;  // per row, for head_dim `dim`
+};
+
+// Random rows of a kind: codes anywhere in their range (fp8 without its NaN codes), with
+// plausible scales.
+struct RowData {
+  std::vector<std::uint8_t> codes, meta;
+};
+RowData random_rows(const Format& f, std::uint32_t dim, std::uint32_t n, std::mt19937& rng) {
+  RowData r{std::vector<std::uint8_t>(f.bytes * n), std::vector<std::uint8_t>(f.meta * n + 64)};
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int> byte(0, 255);
+  auto* halves = reinterpret_cast<std::uint16_t*>(r.codes.data());
+  switch (f.rows) {
+    case Rows::float16:
+      for (std::size_t i = 0; i < r.codes.size() / 2; ++i) halves[i] = fp16_from_float(normal(rng));
+      break;
+    case Rows::bfloat16:
+      for (std::size_t i = 0; i < r.codes.size() / 2; ++i) halves[i] = bf16_from_float(normal(rng));
+      break;
+    default:
+      for (auto& c : r.codes)
+        c = static_cast<std::uint8_t>(byte(rng) & (f.rows == Rows::fp8 ? 0x77 : 0xFF));
+  }
+  if (f.rows == Rows::int4) {
+    auto* params = reinterpret_cast<std::uint16_t*>(r.meta.data());
+    for (std::size_t i = 0; i < std::size_t{n} * dim / 32; ++i) {
+      params[2 * i] = fp16_from_float(0.05f);
+      params[2 * i + 1] = fp16_from_float(-0.4f);
+    }
+  } else if (f.meta > 0) {
+    auto* scales = reinterpret_cast<float*>(r.meta.data());
+    for (std::uint32_t i = 0; i < n; ++i) scales[i] = 0.01f;
+  }
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"The CPU attention kernels alone, on rows held in cache, against fp16"};
+  std::uint32_t group = 4, dim = 128, tokens = 256, rounds = 2000;
+  app.add_option("--group", group, "query heads per KV head (1, 2, 4 or 8)")->capture_default_str();
+  app.add_option("--dim", dim, "head dimension (64 or 128)")->capture_default_str();
+  app.add_option("--tokens", tokens, "tokens of the KV head (rows in cache)")
+      ->capture_default_str();
+  app.add_option("--rounds", rounds, "rounds; each times every format once")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  const Format formats[] = {{"fp16", Rows::float16, dim * 2u, 0},
+                            {"bf16", Rows::bfloat16, dim * 2u, 0},
+                            {"fp8-e4m3", Rows::fp8, dim, 4},
+                            {"int8-per-token", Rows::int8, dim, 4},
+                            {"int4-group", Rows::int4, dim / 2u, dim / 32u * 4}};
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::vector<float> q(std::size_t{group} * dim);
+  for (float& x : q) x = 0.1f * normal(rng);
+
+  struct Run {
+    const char* name;
+    cpu::BlockAttention kernels;
+    RowData k, v;
+    cpu::QuantizedQuery q8;
+    double best = 1e30;
+  };
+  std::vector<Run> runs;
+  for (const Format& f : formats) {
+    cpu::BlockAttention kernels(group, dim, f.rows, f.rows);
+    if (kernels.keys() != f.rows || kernels.values() != f.rows) {
+      std::printf("%s: not read in place by these kernels (%s); skipped\n", f.name,
+                  cpu::kernel_family());
+      continue;
+    }
+    runs.push_back({f.name, kernels, random_rows(f, dim, tokens, rng),
+                    random_rows(f, dim, tokens, rng), kernels.quantize(q.data())});
+  }
+  std::vector<float> logits(std::size_t{group} * tokens);
+  cpu::PendingValues pending;
+  for (std::uint32_t round = 0; round < rounds; ++round)
+    for (Run& r : runs) {
+      const cpu::RowBlock k{r.kernels.keys(), r.k.codes.data(), r.k.meta.data()};
+      const cpu::RowBlock v{r.kernels.values(), r.v.codes.data(), r.v.meta.data()};
+      cpu::SoftmaxState state(group, dim);
+      const auto start = std::chrono::steady_clock::now();
+      r.kernels(q.data(), &r.q8, k, v, tokens, state, pending, logits.data());
+      r.kernels.flush(pending);
+      r.best = std::min(
+          r.best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+
+  std::printf("%s kernels, group %u, head_dim %u, %u tokens in cache, one thread; best of %u\n",
+              cpu::kernel_family(), group, dim, tokens, rounds);
+  std::printf("%-16s %12s %10s\n", "format", "ns/token", "vs fp16");
+  const double fp16 = runs.empty() ? 0.0 : runs.front().best;
+  for (std::size_t i = 0; i < runs.size(); ++i)
+    std::printf("%-16s %12.2f %9.2fx\n", runs[i].name, runs[i].best * 1e9 / tokens,
+                fp16 / runs[i].best);
+}
