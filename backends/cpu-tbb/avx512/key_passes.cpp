@@ -102,11 +102,10 @@ KVCACHE_AVX512 KVCACHE_INLINE void transpose_rows(const std::byte* rows, std::si
 // acc += the products of a's unsigned bytes and the four signed bytes at `codes` (in every
 // lane), summed per 32-bit lane (vpdpbusd with an embedded broadcast). Inline assembly for the
 // reason given at the value passes' dpwssd_broadcast.
-using AliasedQuad = std::int32_t __attribute__((may_alias));
 KVCACHE_INLINE void dpbusd_broadcast(__m512i& acc, __m512i a, const std::int8_t* codes) {
   asm("vpdpbusd %2%{1to16%}, %1, %0"
       : "+v"(acc)
-      : "v"(a), "m"(*reinterpret_cast<const AliasedQuad*>(codes)));
+      : "v"(a), "m"(*reinterpret_cast<const AliasedWord*>(codes)));
 }
 
 // 16 int8 keys: vpdpbusd multiplies unsigned by signed bytes, so the key codes are flipped to

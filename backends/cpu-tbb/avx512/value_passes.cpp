@@ -59,11 +59,10 @@ KVCACHE_AVX512 KVCACHE_INLINE void store_codes(__m512 scaled, std::int16_t* code
 // acc += a's int16 pairs times the pair at `pair` in every lane (vpdpwssd with an embedded
 // broadcast: no register for the weights). In inline assembly because GCC 12 copies an
 // accumulator updated by the intrinsic in a loop to another register and back at every step.
-using AliasedPair = std::int32_t __attribute__((may_alias));
 KVCACHE_INLINE void dpwssd_broadcast(__m512i& acc, __m512i a, const std::int16_t* pair) {
   asm("vpdpwssd %2%{1to16%}, %1, %0"
       : "+v"(acc)
-      : "v"(a), "m"(*reinterpret_cast<const AliasedPair*>(pair)));
+      : "v"(a), "m"(*reinterpret_cast<const AliasedWord*>(pair)));
 }
 
 // Bytes [offset, offset + 32) of rows j and j + 1, Stride bytes apart: [row j][row j + 1].

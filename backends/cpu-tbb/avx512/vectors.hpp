@@ -27,6 +27,10 @@
 
 namespace kvcache::cpu::avx512 {
 
+// Four bytes of codes read as one 32-bit word, the memory operand of an embedded broadcast in
+// inline assembly (may_alias: the bytes are stored as int8 or int16).
+using AliasedWord = std::int32_t __attribute__((may_alias));
+
 KVCACHE_KERNELS_BEGIN
 
 // 2^x (kExp2Polynomial), scaled by 2^n with vscalefps.
