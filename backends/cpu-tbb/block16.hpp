@@ -63,17 +63,18 @@ struct Block16 {
   float* l;
   float* acc;
   // Head g's 16 weights in token order at weight + kSpan x g (aligned), from the key pass for the
-  // value pass; the `waiting` before them in each row are the weights of the span's earlier
-  // blocks, not yet in acc, so a raised m rescales them too.
+  // value pass.
   float* weight;
-  std::uint32_t waiting;
 };
 
 // Blocks whose value pass waits for their span to fill: the blocks, their weights ([G] rows of
-// kSpan) and, for odd blocks, their value rows copied with a row of zeros after them.
+// kSpan), the reference m of each head their weights were made against (a later block may raise
+// it: BlockAttention::flush then brings the earlier weights to the new one) and, for odd blocks,
+// their value rows copied with a row of zeros after them.
 struct PendingValues {
   Block16 blocks[kSpanBlocks];
   std::uint32_t count = 0;
+  float m[kSpanBlocks][kMaxGroup];
   alignas(64) float weight[kMaxGroup * kSpan];
   alignas(64) std::byte padded[kSpanBlocks][16 * kMaxDim];
 };

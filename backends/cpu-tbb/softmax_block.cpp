@@ -280,8 +280,7 @@ void BlockAttention::operator()(const float* q, const QuantizedQuery* q8, const 
              state.m.data(),
              state.l.data(),
              state.acc.data(),
-             pending.weight + 16 * place,
-             16 * place};
+             pending.weight + 16 * place};
     // Each block asks for its share of the next tiles.
     const RowBlock* sides[2] = {&k, &v};
     for (int i = 0; i < 2; ++i) {
@@ -309,12 +308,23 @@ void BlockAttention::operator()(const float* q, const QuantizedQuery* q8, const 
       block.v = padded;
     }
     key_pass_(block);
+    std::copy_n(state.m.data(), group_, pending.m[place]);
     if (++pending.count == span_) flush(pending);
   }
 }
 
 void BlockAttention::flush(PendingValues& pending) const {
   if (pending.count == 0) return;
+  // Weights made before a later block raised m, times what the key pass would have rescaled
+  // them by (l and acc were rescaled then).
+  const float* m = pending.blocks[0].m;
+  for (std::uint32_t k = 0; k + 1 < pending.count; ++k)
+    for (std::uint32_t g = 0; g < group_; ++g)
+      if (pending.m[k][g] != m[g]) {
+        const float correction = std::exp2(pending.m[k][g] - m[g]);
+        float* w = pending.weight + std::size_t{kSpan} * g + 16 * k;
+        for (std::uint32_t j = 0; j < 16; ++j) w[j] *= correction;
+      }
   value_pass_(pending.blocks, pending.count);
   pending.count = 0;
 }

@@ -46,8 +46,7 @@ KVCACHE_AVX2 void keys16(const Block16& b) {
                                                     _mm256_set1_ps(kFp8Unit))));
   }
   for (int g = 0; g < G; ++g)
-    softmax16<D>(logits[g], b.n, b.m[g], b.l + g * kLanes, b.acc + g * D, b.weight + kSpan * g,
-                 b.waiting);
+    softmax16<D>(logits[g], b.n, b.m[g], b.l + g * kLanes, b.acc + g * D, b.weight + kSpan * g);
 }
 
 // 16 codes of a key row widened to int16: int8 elements e..e+15; int4 (e a multiple of 16 in a
@@ -117,8 +116,7 @@ KVCACHE_AVX2 void keys16_int(const Block16& b) {
     scatter_pairs<G>(sum, first, logits);
   }
   for (int g = 0; g < G; ++g)
-    softmax16<D>(logits[g], b.n, b.m[g], b.l + g * kLanes, b.acc + g * D, b.weight + kSpan * g,
-                 b.waiting);
+    softmax16<D>(logits[g], b.n, b.m[g], b.l + g * kLanes, b.acc + g * D, b.weight + kSpan * g);
 }
 
 }  // namespace

@@ -133,11 +133,10 @@ KVCACHE_AVX2 KVCACHE_INLINE void load_group_params(const void* meta, std::uint32
 
 // One head's base-2 softmax update for the logits of 16 slots, the first n present, as in the
 // AVX-512 family: only a logit above m + kRescaleSlack raises m (and rescales what was
-// accumulated, and the `waiting` weights before `weight`); the weights are added to the head's
-// lanes of l and go to `weight`.
+// accumulated); the weights are added to the head's lanes of l and go to `weight`.
 template <int D>
 KVCACHE_AVX2 KVCACHE_INLINE void softmax16(const float* logits, std::uint32_t n, float& m, float* l,
-                                           float* acc, float* weight, std::uint32_t waiting) {
+                                           float* acc, float* weight) {
   const __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256i count = _mm256_set1_epi32(static_cast<int>(n));
   __m256 present[2], x[2];
@@ -155,8 +154,6 @@ KVCACHE_AVX2 KVCACHE_INLINE void softmax16(const float* logits, std::uint32_t n,
         _mm256_storeu_ps(l + 8 * h, _mm256_mul_ps(_mm256_loadu_ps(l + 8 * h), correction));
       for (int c = 0; c < D / 8; ++c)
         _mm256_storeu_ps(acc + 8 * c, _mm256_mul_ps(_mm256_loadu_ps(acc + 8 * c), correction));
-      for (float* w = weight - waiting; w < weight; w += 8)
-        _mm256_store_ps(w, _mm256_mul_ps(_mm256_load_ps(w), correction));
     }
     m = block_top;
   }

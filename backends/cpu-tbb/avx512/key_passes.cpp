@@ -47,7 +47,7 @@ KVCACHE_AVX512 void keys16(const Block16& b) {
                      : _mm512_set1_ps(1.0f);
   for (int g = 0; g < G; ++g)
     softmax16<D>(_mm512_mul_ps(_mm512_load_ps(logits[g]), row_scales), b.n, b.m[g],
-                 b.l + g * kLanes, b.acc + g * D, b.weight + kSpan * g, b.waiting);
+                 b.l + g * kLanes, b.acc + g * D, b.weight + kSpan * g);
 }
 
 // Integer keys meet the quantized query with their rows transposed (transpose_rows): lane t of
@@ -145,7 +145,7 @@ KVCACHE_VNNI void keys16_int8(const Block16& b) {
   const __m512 row_scales = _mm512_loadu_ps(static_cast<const float*>(b.k_meta));  // 16, padded
   for (int g = 0; g < G; ++g)
     softmax16<D>(_mm512_mul_ps(logits[g], row_scales), b.n, b.m[g], b.l + g * kLanes, b.acc + g * D,
-                 b.weight + kSpan * g, b.waiting);
+                 b.weight + kSpan * g);
 }
 
 // 16 int4 keys (groups of 32; D of 64 or 128): column c's low nibbles are elements 8c, 8c + 2,
@@ -186,8 +186,7 @@ KVCACHE_VNNI void keys16_int4(const Block16& b) {
     }
   }
   for (int g = 0; g < G; ++g)
-    softmax16<D>(logits[g], b.n, b.m[g], b.l + g * kLanes, b.acc + g * D, b.weight + kSpan * g,
-                 b.waiting);
+    softmax16<D>(logits[g], b.n, b.m[g], b.l + g * kLanes, b.acc + g * D, b.weight + kSpan * g);
 }
 
 KVCACHE_KERNELS_END

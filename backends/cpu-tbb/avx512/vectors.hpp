@@ -125,12 +125,11 @@ KVCACHE_AVX512 KVCACHE_INLINE __m512 load_floats16(const void* rows, std::size_t
 }
 
 // One head's base-2 softmax update for the logits of 16 slots, the first n present (the others
-// get -inf): only a logit above m + kRescaleSlack raises m (and rescales what was accumulated,
-// and the `waiting` weights before `weight`); the weights are added to the head's lanes of l
-// and go to `weight`.
+// get -inf): only a logit above m + kRescaleSlack raises m (and rescales what was accumulated);
+// the weights are added to the head's lanes of l and go to `weight`.
 template <int D>
 KVCACHE_AVX512 KVCACHE_INLINE void softmax16(__m512 logits, std::uint32_t n, float& m, float* l,
-                                             float* acc, float* weight, std::uint32_t waiting) {
+                                             float* acc, float* weight) {
   const auto present = static_cast<__mmask16>((1u << n) - 1);
   logits = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), present, logits);
   if (_mm512_cmp_ps_mask(logits, _mm512_set1_ps(m + kRescaleSlack), _CMP_GT_OQ) != 0) {
@@ -140,8 +139,6 @@ KVCACHE_AVX512 KVCACHE_INLINE void softmax16(__m512 logits, std::uint32_t n, flo
       _mm512_storeu_ps(l, _mm512_mul_ps(_mm512_loadu_ps(l), correction));
       for (int c = 0; c < D / 16; ++c)
         _mm512_storeu_ps(acc + 16 * c, _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * c), correction));
-      for (float* w = weight - waiting; w < weight; w += 16)
-        _mm512_store_ps(w, _mm512_mul_ps(_mm512_load_ps(w), correction));
     }
     m = block_top;
   }
