@@ -308,7 +308,7 @@ void BlockAttention::operator()(const float* q, const QuantizedQuery* q8, const 
       block.v = padded;
     }
     key_pass_(block);
-    std::copy_n(state.m.data(), group_, pending.m[place]);
+    if (span_ > 1) std::copy_n(state.m.data(), group_, pending.m[place]);  // read by flush
     if (++pending.count == span_) flush(pending);
   }
 }

@@ -37,7 +37,7 @@ struct RowData {
   std::vector<std::uint8_t> codes, meta;
 };
 RowData random_rows(const Format& f, std::uint32_t dim, std::uint32_t n, std::mt19937& rng) {
-  RowData r{std::vector<std::uint8_t>(f.bytes * n), std::vector<std::uint8_t>(f.meta * n + 64)};
+  RowData r{std::vector<std::uint8_t>(f.bytes * n), std::vector<std::uint8_t>(f.meta * n)};
   std::normal_distribution<float> normal;
   std::uniform_int_distribution<int> byte(0, 255);
   auto* halves = reinterpret_cast<std::uint16_t*>(r.codes.data());
