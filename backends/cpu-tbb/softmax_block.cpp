@@ -103,17 +103,36 @@ std::size_t meta_bytes(Rows kind, std::uint32_t dim) {
   return kind == Rows::int8 || kind == Rows::fp8 ? 4 : kind == Rows::int4 ? dim / 32 * 4 : 0;
 }
 
-// codes[i] = rne(x[i] / step) for a chunk (kQueryChunk elements; all 0 if step is 0), vectorized
-// where the CPU allows (the same division and rounding, so the same codes).
+// A chunk (kQueryChunk elements) quantized: step = max|x| / 127 and codes[i] = rne(x[i] / step)
+// (all 0 if step is 0); returns step. Vectorized where the CPU allows, with the same division and
+// rounding, so the same codes.
 KVCACHE_KERNELS_BEGIN
-KVCACHE_AVX512 void round_chunk_avx512(const float* x, float step, std::int8_t* codes) {
+KVCACHE_AVX512 float quantize_chunk_avx512(const float* x, std::int8_t* codes) {
+  __m512 top = _mm512_setzero_ps();
+  for (std::uint32_t i = 0; i < kQueryChunk; i += 16)
+    top = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + i)), top);
+  const float step = _mm512_reduce_max_ps(top) / 127.0f;
+  if (step == 0.0f) {
+    std::fill_n(codes, kQueryChunk, std::int8_t{0});
+    return step;
+  }
   for (std::uint32_t i = 0; i < kQueryChunk; i += 16)
     _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i),
                      _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_roundscale_ps(
                          _mm512_div_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(step)),
                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))));
+  return step;
 }
-KVCACHE_AVX2 void round_chunk_avx2(const float* x, float step, std::int8_t* codes) {
+KVCACHE_AVX2 float quantize_chunk_avx2(const float* x, std::int8_t* codes) {
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256 top = _mm256_setzero_ps();
+  for (std::uint32_t i = 0; i < kQueryChunk; i += 8)
+    top = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), magnitude), top);
+  const float step = avx2::max_lane(top) / 127.0f;
+  if (step == 0.0f) {
+    std::fill_n(codes, kQueryChunk, std::int8_t{0});
+    return step;
+  }
   for (std::uint32_t i = 0; i < kQueryChunk; i += 16) {
     __m256i half[2];
     for (int h = 0; h < 2; ++h)
@@ -126,78 +145,84 @@ KVCACHE_AVX2 void round_chunk_avx2(const float* x, float step, std::int8_t* code
         reinterpret_cast<__m128i*>(codes + i),
         _mm_packs_epi16(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1)));
   }
+  return step;
 }
 KVCACHE_KERNELS_END
-void round_chunk(VectorIsa isa, const float* x, float step, std::int8_t* codes) {
-  if (step == 0.0f) {
-    std::fill_n(codes, kQueryChunk, std::int8_t{0});
-  } else if (isa == VectorIsa::avx512) {
-    round_chunk_avx512(x, step, codes);
-  } else if (isa == VectorIsa::avx2) {
-    round_chunk_avx2(x, step, codes);
-  } else {
-    for (std::uint32_t i = 0; i < kQueryChunk; ++i)
-      codes[i] = static_cast<std::int8_t>(std::nearbyint(x[i] / step));
-  }
+float quantize_chunk(VectorIsa isa, const float* x, std::int8_t* codes) {
+  if (isa == VectorIsa::avx512) return quantize_chunk_avx512(x, codes);
+  if (isa == VectorIsa::avx2) return quantize_chunk_avx2(x, codes);
+  float top = 0.0f;
+  for (std::uint32_t i = 0; i < kQueryChunk; ++i) top = std::max(top, std::fabs(x[i]));
+  const float step = top / 127.0f;
+  for (std::uint32_t i = 0; i < kQueryChunk; ++i)
+    codes[i] =
+        step == 0.0f ? std::int8_t{0} : static_cast<std::int8_t>(std::nearbyint(x[i] / step));
+  return step;
 }
 
 }  // namespace
 
 QuantizedQuery BlockAttention::quantize(const float* q) const {
   const std::uint32_t group = group_, dim = dim_, parts = dim / 32;
-  // Codes in element order and each part's step (that of its chunk).
-  std::vector<std::int8_t> codes(std::size_t{group} * dim);
-  std::vector<float> step_of(std::size_t{group} * parts);
-  for (std::uint32_t h = 0; h < group; ++h)
+  // Per head: codes in element order, each part's step (that of its chunk) and code sum.
+  std::int8_t codes[kMaxDim];
+  float step_of[kMaxDim / 32];
+  std::int32_t sum_of[kMaxDim / 32];
+  const auto quantize_head = [&](std::uint32_t h) {
     for (std::uint32_t chunk = 0; chunk < dim / kQueryChunk; ++chunk) {
-      const std::size_t first = std::size_t{h} * dim + chunk * kQueryChunk;
-      float top = 0.0f;
-      for (std::uint32_t i = 0; i < kQueryChunk; ++i) top = std::max(top, std::fabs(q[first + i]));
-      const float step = top / 127.0f;
-      round_chunk(isa_, q + first, step, codes.data() + first);
+      const float step = quantize_chunk(isa_, q + std::size_t{h} * dim + chunk * kQueryChunk,
+                                        codes + chunk * kQueryChunk);
       for (std::uint32_t p = 0; p < kQueryChunk / 32; ++p)
-        step_of[h * parts + chunk * kQueryChunk / 32 + p] = step;
+        step_of[chunk * kQueryChunk / 32 + p] = step;
     }
+    for (std::uint32_t p = 0; p < parts; ++p) {
+      sum_of[p] = 0;
+      for (std::uint32_t e = 32 * p; e < 32 * p + 32; ++e) sum_of[p] += codes[e];
+    }
+  };
 
   QuantizedQuery out;
   if (isa_ == VectorIsa::avx2) {
-    out.wide_codes.resize(codes.size());
+    out.wide_codes.resize(std::size_t{group} * dim);
     out.pair_steps.resize(std::size_t{parts} * 8);
     if (keys_ == Rows::int4) out.pair_sums.resize(out.pair_steps.size());
-    std::vector<std::int32_t> sum_of(step_of.size(), 0);
-    for (std::uint32_t h = 0; h < group; ++h)
-      for (std::uint32_t e = 0; e < dim; ++e) {
-        const std::int8_t code = codes[std::size_t{h} * dim + e];
-        const std::uint32_t at =
-            keys_ == Rows::int8 ? e : e / 32 * 32 + e % 2 * 16 + e % 32 / 2;  // see keys16_int
-        out.wide_codes[std::size_t{h} * dim + at] = code;
-        sum_of[h * parts + e / 32] += code;
-      }
-    for (std::uint32_t p = 0; p < parts; ++p)
-      for (std::uint32_t lane = 0; lane < 8; ++lane) {
-        const std::uint32_t h = lane / (8 / group);
-        out.pair_steps[p * 8 + lane] = step_of[h * parts + p];
-        if (keys_ == Rows::int4)
-          out.pair_sums[p * 8 + lane] =
-              step_of[h * parts + p] * static_cast<float>(sum_of[h * parts + p]);
-      }
+    for (std::uint32_t h = 0; h < group; ++h) {
+      quantize_head(h);
+      std::int16_t* wide = out.wide_codes.data() + std::size_t{h} * dim;
+      for (std::uint32_t e = 0; e < dim; ++e)
+        wide[keys_ == Rows::int8 ? e : e / 32 * 32 + e % 2 * 16 + e % 32 / 2] =
+            codes[e];  // see keys16_int
+      // Lanes i of the pair arrays are head i / (8 / group)'s.
+      for (std::uint32_t p = 0; p < parts; ++p)
+        for (std::uint32_t lane = h * (8 / group); lane < (h + 1) * (8 / group); ++lane) {
+          out.pair_steps[p * 8 + lane] = step_of[p];
+          if (keys_ == Rows::int4)
+            out.pair_sums[p * 8 + lane] = step_of[p] * static_cast<float>(sum_of[p]);
+        }
+    }
     return out;
   }
 
-  out.codes.resize(codes.size());
-  out.part_steps = step_of;
-  out.part_sums.assign(step_of.size(), 0.0f);
-  std::vector<std::int32_t> sum_of(step_of.size(), 0);
-  for (std::uint32_t h = 0; h < group; ++h)
-    for (std::uint32_t e = 0; e < dim; ++e) {
-      const std::int8_t code = codes[std::size_t{h} * dim + e];
-      const std::uint32_t at = keys_ == Rows::int8 ? e : e % 2 * (dim / 2) + e / 2;
-      out.codes[std::size_t{h} * dim + at] = code;
-      sum_of[h * parts + e / 32] += code;
+  out.codes.resize(std::size_t{group} * dim);
+  out.part_steps.resize(std::size_t{group} * parts);
+  out.part_sums.resize(out.part_steps.size());
+  for (std::uint32_t h = 0; h < group; ++h) {
+    quantize_head(h);
+    std::int8_t* to = out.codes.data() + std::size_t{h} * dim;
+    if (keys_ == Rows::int8) {
+      std::copy_n(codes, dim, to);
+    } else {
+      for (std::uint32_t e = 0; e < dim / 2; ++e) {
+        to[e] = codes[2 * e];
+        to[dim / 2 + e] = codes[2 * e + 1];
+      }
     }
-  for (std::size_t i = 0; i < step_of.size(); ++i)
-    out.part_sums[i] =
-        step_of[i] * static_cast<float>(sum_of[i]) * (keys_ == Rows::int8 ? 128.0f : 1.0f);
+    for (std::uint32_t p = 0; p < parts; ++p) {
+      out.part_steps[h * parts + p] = step_of[p];
+      out.part_sums[h * parts + p] =
+          step_of[p] * static_cast<float>(sum_of[p]) * (keys_ == Rows::int8 ? 128.0f : 1.0f);
+    }
+  }
   return out;
 }
 
