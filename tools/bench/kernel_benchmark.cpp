@@ -1,11 +1,14 @@
 // The CPU attention kernels alone (run by hand, not by the tests): one thread adds the same
-// `--tokens` keys and values of one KV head, held in cache, to a softmax state through
-// BlockAttention, for each storage format in turn, over many rounds, and prints each format's
-// best time per token and its rate against fp16's. Memory, threads and the store stay out of
-// the way, so a kernel change can be weighed on a machine too noisy for whole calls
+// `--tokens` keys and values of one KV head (held in cache when they fit) to a softmax state
+// through BlockAttention, for each storage format in turn, over many rounds, and prints each
+// format's best time per token and its rate against fp16's. Memory, threads and the store stay out
+// of the way, so a kernel change can be weighed on a machine too noisy for whole calls
 // (`kvcache bench attention` measures those).
 //
+// With more tokens than the caches hold and --ahead, it shows the kernels fed from memory.
+//
 //   build/bin/kvcache-kernel-benchmark [--group 4] [--dim 128] [--tokens 256] [--rounds 2000]
+//                                      [--ahead 0]
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -35,6 +38,16 @@ struct Format {
 // plausible scales.
 struct RowData {
   std::vector<std::uint8_t> codes, meta;
+  // Rows [first, first + 16) of `tokens`, with the 16 codes rows from `next` on (if there are
+  // any) to ask for into cache meanwhile, as a paged call asks for the tiles ahead.
+  cpu::RowBlock block(Rows kind, std::uint32_t first, std::uint32_t next,
+                      std::uint32_t tokens) const {
+    const std::size_t row = codes.size() / tokens, row_meta = meta.size() / tokens;
+    const auto* ahead = reinterpret_cast<const std::byte*>(codes.data());
+    return {kind, codes.data() + first * row, meta.data() + first * row_meta,
+            next < tokens ? ahead + next * row : nullptr,
+            std::min<std::size_t>(16, tokens - std::min(next, tokens)) * row};
+  }
 };
 RowData random_rows(const Format& f, std::uint32_t dim, std::uint32_t n, std::mt19937& rng) {
   RowData r{std::vector<std::uint8_t>(f.bytes * n), std::vector<std::uint8_t>(f.meta * n)};
@@ -68,13 +81,17 @@ RowData random_rows(const Format& f, std::uint32_t dim, std::uint32_t n, std::mt
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"The CPU attention kernels alone, on rows held in cache, against fp16"};
-  std::uint32_t group = 4, dim = 128, tokens = 256, rounds = 2000;
+  CLI::App app{"The CPU attention kernels alone, against fp16"};
+  std::uint32_t group = 4, dim = 128, tokens = 256, rounds = 2000, ahead = 0;
   app.add_option("--group", group, "query heads per KV head (1, 2, 4 or 8)")->capture_default_str();
   app.add_option("--dim", dim, "head dimension (64 or 128)")->capture_default_str();
-  app.add_option("--tokens", tokens, "tokens of the KV head (rows in cache)")
-      ->capture_default_str();
+  app.add_option("--tokens", tokens, "tokens of the KV head")->capture_default_str();
   app.add_option("--rounds", rounds, "rounds; each times every format once")->capture_default_str();
+  app.add_option("--ahead", ahead,
+                 "0: one call for all tokens; N: a call per block of 16 that asks for the rows N "
+                 "blocks ahead into cache (as a paged call does; for rows that do not fit in "
+                 "cache)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   const Format formats[] = {{"fp16", Rows::float16, dim * 2u, 0},
@@ -113,14 +130,24 @@ int main(int argc, char** argv) {
       const cpu::RowBlock v{r.kernels.values(), r.v.codes.data(), r.v.meta.data()};
       cpu::SoftmaxState state(group, dim);
       const auto start = std::chrono::steady_clock::now();
-      r.kernels(q.data(), &r.q8, k, v, tokens, state, pending, logits.data());
+      if (ahead == 0) {
+        r.kernels(q.data(), &r.q8, k, v, tokens, state, pending, logits.data());
+      } else {
+        for (std::uint32_t t = 0; t < tokens; t += 16) {
+          const std::uint32_t n = std::min(16u, tokens - t), next = t + 16 * ahead;
+          r.kernels(q.data(), &r.q8, r.k.block(r.kernels.keys(), t, next, tokens),
+                    r.v.block(r.kernels.values(), t, next, tokens), n, state, pending,
+                    logits.data());
+        }
+      }
       r.kernels.flush(pending);
       r.best = std::min(
           r.best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
 
-  std::printf("%s kernels, group %u, head_dim %u, %u tokens in cache, one thread; best of %u\n",
-              cpu::kernel_family(), group, dim, tokens, rounds);
+  std::printf("%s kernels, group %u, head_dim %u, %u tokens, %s, one thread; best of %u\n",
+              cpu::kernel_family(), group, dim, tokens,
+              ahead == 0 ? "one call" : "a call per block", rounds);
   std::printf("%-16s %12s %10s\n", "format", "ns/token", "vs fp16");
   const double fp16 = runs.empty() ? 0.0 : runs.front().best;
   for (std::size_t i = 0; i < runs.size(); ++i)
