@@ -103,7 +103,7 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   const std::uint64_t pairs = queries * kv_heads;
   const std::uint64_t splits = pairs >= 4 * threads ? 1 : (4 * threads + pairs - 1) / pairs;
   std::vector<Item> items;
-  std::uint64_t work = 0;  // (key slot, query) pairs of all items, per KV head
+  std::uint64_t work = 0;  // key slots x queries of all items, summed over the KV heads
   const auto add_items = [&](std::size_t query, std::uint32_t width, std::uint32_t h,
                              const std::vector<Segment>& slots) {
     std::uint64_t total = 0;
@@ -218,10 +218,9 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
     }
   };
 
-  // body(item index, k, v, logits) for every item, in parallel, with buffers per task for the
-  // rows decoded to float32 and the logits of a block (for the widest tile).
-  // Below kParallelWork, waking another thread costs more than it saves: the calling thread
-  // does it all.
+  // body(item index, k, v, logits) for every item, in parallel (on the calling thread alone
+  // below kParallelWork), with buffers per task for the rows decoded to float32 and the logits
+  // of a block (for the widest tile).
   const auto for_each_item = [&](auto&& body) {
     const auto run_range = [&](const tbb::blocked_range<std::size_t>& range) {
       std::vector<float> k(std::size_t{page} * dim), v(k.size()),

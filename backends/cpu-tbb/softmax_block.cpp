@@ -189,9 +189,11 @@ QuantizedQuery BlockAttention::quantize(const float* q) const {
     for (std::uint32_t h = 0; h < group; ++h) {
       quantize_head(h);
       std::int16_t* wide = out.wide_codes.data() + std::size_t{h} * dim;
-      for (std::uint32_t e = 0; e < dim; ++e)
-        wide[keys_ == Rows::int8 ? e : e / 32 * 32 + e % 2 * 16 + e % 32 / 2] =
-            codes[e];  // see keys16_int
+      for (std::uint32_t e = 0; e < dim; ++e) {
+        const std::uint32_t at =
+            keys_ == Rows::int8 ? e : e / 32 * 32 + e % 2 * 16 + e % 32 / 2;  // see keys16_int
+        wide[at] = codes[e];
+      }
       // Lanes i of the pair arrays are head i / (8 / group)'s.
       for (std::uint32_t p = 0; p < parts; ++p)
         for (std::uint32_t lane = h * (8 / group); lane < (h + 1) * (8 / group); ++lane) {
