@@ -548,6 +548,47 @@ TEST(AttentionOutputs, RejectsVisibleRangesThatOverlapOrDescend) {
   }
 }
 
+// q and out must be [queries, q_heads, head_dim] and row-major: a wrong rank (whose strides are
+// then never read), a wrong extent or a transposed layout is refused with the shape it needs.
+TEST(AttentionOutputs, RejectsQueriesOfAnotherShapeOrLayout) {
+  for (const std::string& backend : backend_names()) {
+    const StoreSpec spec = small_fp32_spec({1, 4, 2, 32});
+    const auto store = open_store(backend, spec);
+    if (!store) continue;
+    const auto attention = registry().create_backend(backend)->create_attention();
+    std::mt19937 rng(9);
+    const std::vector<SeqId> ids{random_sequence(*store, spec.model, 30, rng).id};
+    const std::vector<PositionRange> ranges{{0, 30}};
+    const std::vector<std::uint32_t> counts{1};
+    std::vector<float> q(4 * 32, 0.5f), out(q.size());
+    std::int64_t good[3] = {1, 4, 32}, flat[2] = {4, 32}, wide[3] = {1, 4, 64};
+    std::int64_t transposed[3] = {128, 1, 4};  // strides of [1][32][4]
+    const auto refused = [&](DLTensor qt, DLTensor ot, const std::string& message) {
+      AttentionRequest request;
+      request.sequences = ids;
+      request.q = &qt;
+      request.out = &ot;
+      request.visible = {ranges, counts, 1};
+      try {
+        attention->decode(*store, request);
+        ADD_FAILURE() << backend << " accepted " << message;
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), Code::invalid_argument) << backend;
+        EXPECT_NE(std::string(e.what()).find(message), std::string::npos)
+            << backend << ": " << e.what();
+      }
+    };
+    const DLTensor ok = host_tensor(out.data(), good);
+    refused(host_tensor(q.data(), flat, 2), ok, "q must be [1, 4, 32], row-major");
+    refused(host_tensor(q.data(), wide), ok, "q must be [1, 4, 32], row-major");
+    DLTensor strided = host_tensor(q.data(), good);
+    strided.strides = transposed;
+    refused(strided, ok, "q must be [1, 4, 32], row-major");
+    refused(host_tensor(q.data(), good), host_tensor(out.data(), flat, 2),
+            "out must be [1, 4, 32], row-major");
+  }
+}
+
 // Quantized values with fp16 keys (q is not rounded), under weights from uniform (q = 0) to
 // sharply peaked (q x 40: within a block one token takes nearly all), so that a kernel rounding
 // the weights of a block (cpu-tbb: to int16 against the block's largest) is seen at both ends:
