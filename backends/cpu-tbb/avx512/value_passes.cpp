@@ -56,6 +56,18 @@ KVCACHE_AVX512 KVCACHE_INLINE void store_codes(__m512 scaled, std::int16_t* code
                      _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(scaled)));
 }
 
+// The codes of two blocks' weights (16 each, scaled as for store_codes) in one narrowing: per
+// 128-bit lane, four of the first block's then four of the second's (where pair_at finds them).
+KVCACHE_AVX512 KVCACHE_INLINE void store_code_pair(__m512 first, __m512 second,
+                                                   std::int16_t* codes) {
+  _mm512_store_si512(codes,
+                     _mm512_packs_epi32(_mm512_cvtps_epi32(first), _mm512_cvtps_epi32(second)));
+}
+// Where store_code_pair left the pair of weights of rows j, j + 1 (j even) of block k.
+inline std::uint32_t pair_at(std::uint32_t k, std::uint32_t j) {
+  return 32 * (k / 2) + 8 * (j / 4) + 4 * (k % 2) + j % 4;
+}
+
 // acc += a's int16 pairs times the pair at `pair` in every lane (vpdpwssd with an embedded
 // broadcast: no register for the weights). In inline assembly because GCC 12 copies an
 // accumulator updated by the intrinsic in a loop to another register and back at every step.
@@ -182,6 +194,14 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t count) {
       reciprocal_top_scale[i] = reciprocal(top);
       top_scale[i] = _mm512_cvtss_f32(top);
     }
+    // The scales relative to their group's largest, and (below) each head's weights relative
+    // to its largest times kLargestCode: their products are the codes.
+    __m512 relative[kSpanBlocks][Groups];
+    for (std::uint32_t k = 0; k < count; ++k)
+      for (int i = 0; i < Groups; ++i)
+        relative[k][i] = _mm512_mul_ps(params[k].scale[i], reciprocal_top_scale[i]);
+    if (count % 2 == 1)  // the last block pairs with an empty one
+      for (int i = 0; i < Groups; ++i) relative[count][i] = _mm512_setzero_ps();
     __m512 terms[(G * Groups + 15) / 16 * 16];
     for (int g = 0; g < G; ++g) {
       __m512 w[kSpanBlocks];
@@ -190,14 +210,16 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t count) {
         top = _mm512_max_ps(top, w[k] = _mm512_load_ps(blocks[k].weight + kSpan * g));
       top = broadcast_max(top);
       const __m512 factor = _mm512_mul_ps(reciprocal(top), _mm512_set1_ps(kLargestCode));
+      __m512 scaled[kSpanBlocks];
+      for (std::uint32_t k = 0; k < count; ++k) scaled[k] = _mm512_mul_ps(w[k], factor);
+      if (count % 2 == 1) scaled[count] = _mm512_setzero_ps();
       for (int i = 0; i < Groups; ++i) {
-        const __m512 per_scale = _mm512_mul_ps(factor, reciprocal_top_scale[i]);
         __m512 minimum = _mm512_setzero_ps();
-        for (std::uint32_t k = 0; k < count; ++k) {
-          store_codes(_mm512_mul_ps(_mm512_mul_ps(w[k], params[k].scale[i]), per_scale),
-                      codes[g][i] + 16 * k);
+        for (std::uint32_t k = 0; k < count; ++k)
           minimum = _mm512_fmadd_ps(w[k], params[k].minimum[i], minimum);
-        }
+        for (std::uint32_t k = 0; k < count; k += 2)
+          store_code_pair(_mm512_mul_ps(scaled[k], relative[k][i]),
+                          _mm512_mul_ps(scaled[k + 1], relative[k + 1][i]), codes[g][i] + 16 * k);
         unit[g][i] = _mm512_cvtss_f32(top) * top_scale[i] / kLargestCode;
         terms[g * Groups + i] = minimum;
       }
@@ -229,8 +251,8 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t count) {
           const __m512i low = _mm512_and_si512(words, nibble);
           const __m512i high = _mm512_srli_epi16(words, 4);
           for (int g = 0; g < G; ++g) {
-            dpwssd_broadcast(even[g][i], low, codes[g][group] + 16 * k + j);
-            dpwssd_broadcast(odd[g][i], high, codes[g][group] + 16 * k + j);
+            dpwssd_broadcast(even[g][i], low, codes[g][group] + pair_at(k, j));
+            dpwssd_broadcast(odd[g][i], high, codes[g][group] + pair_at(k, j));
           }
         }
       }
