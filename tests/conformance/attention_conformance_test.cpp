@@ -510,27 +510,29 @@ TEST(AttentionOutputs, WideGroupsMatchTheReference) {
   }
 }
 
-// Visible ranges that overlap, go back, run backwards or exceed max_ranges are refused by every
-// backend with the query and the ranges named (a kernel would count keys twice or miss some).
-TEST(AttentionOutputs, RejectsVisibleRangesThatOverlapOrDescend) {
+// Requests every backend refuses with what is wrong named: visible ranges that overlap, go back,
+// run backwards or exceed max_ranges (a kernel would count keys twice or miss some), and q or out
+// of another rank, extent or layout than [queries, q_heads, head_dim] row-major (the strides of a
+// tensor of another rank are never read).
+TEST(AttentionOutputs, RejectsMalformedRequests) {
   for (const std::string& backend : backend_names()) {
     const StoreSpec spec = small_fp32_spec({1, 4, 2, 32});
     const auto store = open_store(backend, spec);
     if (!store) continue;
     const auto attention = registry().create_backend(backend)->create_attention();
     std::mt19937 rng(9);
-    const SeqId id = random_sequence(*store, spec.model, 30, rng).id;
+    const std::vector<SeqId> ids{random_sequence(*store, spec.model, 30, rng).id};
     std::vector<float> q(4 * 32, 0.5f), out(q.size());
-    std::int64_t q_shape[3] = {1, 4, 32};
-    DLTensor qt = host_tensor(q.data(), q_shape), ot = host_tensor(out.data(), q_shape);
-    const std::vector<SeqId> ids{id};
-    const auto refused = [&](std::vector<PositionRange> ranges, std::uint32_t count,
-                             const std::string& message) {
+    std::int64_t shape[3] = {1, 4, 32}, flat[2] = {4, 32}, wide[3] = {1, 4, 64};
+    std::int64_t transposed[3] = {128, 1, 4};  // strides of [1][32][4]
+    const DLTensor qt = host_tensor(q.data(), shape), ot = host_tensor(out.data(), shape);
+    const auto refused = [&](DLTensor q_in, DLTensor out_in, std::vector<PositionRange> ranges,
+                             std::uint32_t count, const std::string& message) {
       const std::vector<std::uint32_t> counts{count};
       AttentionRequest request;
       request.sequences = ids;
-      request.q = &qt;
-      request.out = &ot;
+      request.q = &q_in;
+      request.out = &out_in;
       request.visible = {ranges, counts, 2};
       try {
         attention->decode(*store, request);
@@ -541,51 +543,17 @@ TEST(AttentionOutputs, RejectsVisibleRangesThatOverlapOrDescend) {
             << backend << ": " << e.what();
       }
     };
-    refused({{0, 10}, {5, 20}}, 2, "query 0: [5, 20) overlaps or precedes [0, 10)");
-    refused({{12, 20}, {0, 4}}, 2, "[0, 4) overlaps or precedes [12, 20)");
-    refused({{9, 3}, {20, 25}}, 2, "[9, 3) ends before it begins");
-    refused({{0, 4}, {8, 9}, {20, 25}}, 3, "3 ranges, more than max_ranges (2)");
-  }
-}
-
-// q and out must be [queries, q_heads, head_dim] and row-major: a wrong rank (whose strides are
-// then never read), a wrong extent or a transposed layout is refused with the shape it needs.
-TEST(AttentionOutputs, RejectsQueriesOfAnotherShapeOrLayout) {
-  for (const std::string& backend : backend_names()) {
-    const StoreSpec spec = small_fp32_spec({1, 4, 2, 32});
-    const auto store = open_store(backend, spec);
-    if (!store) continue;
-    const auto attention = registry().create_backend(backend)->create_attention();
-    std::mt19937 rng(9);
-    const std::vector<SeqId> ids{random_sequence(*store, spec.model, 30, rng).id};
-    const std::vector<PositionRange> ranges{{0, 30}};
-    const std::vector<std::uint32_t> counts{1};
-    std::vector<float> q(4 * 32, 0.5f), out(q.size());
-    std::int64_t good[3] = {1, 4, 32}, flat[2] = {4, 32}, wide[3] = {1, 4, 64};
-    std::int64_t transposed[3] = {128, 1, 4};  // strides of [1][32][4]
-    const auto refused = [&](DLTensor qt, DLTensor ot, const std::string& message) {
-      AttentionRequest request;
-      request.sequences = ids;
-      request.q = &qt;
-      request.out = &ot;
-      request.visible = {ranges, counts, 1};
-      try {
-        attention->decode(*store, request);
-        ADD_FAILURE() << backend << " accepted " << message;
-      } catch (const Error& e) {
-        EXPECT_EQ(e.code(), Code::invalid_argument) << backend;
-        EXPECT_NE(std::string(e.what()).find(message), std::string::npos)
-            << backend << ": " << e.what();
-      }
-    };
-    const DLTensor ok = host_tensor(out.data(), good);
-    refused(host_tensor(q.data(), flat, 2), ok, "q must be [1, 4, 32], row-major");
-    refused(host_tensor(q.data(), wide), ok, "q must be [1, 4, 32], row-major");
-    DLTensor strided = host_tensor(q.data(), good);
+    refused(qt, ot, {{0, 10}, {5, 20}}, 2, "query 0: [5, 20) overlaps or precedes [0, 10)");
+    refused(qt, ot, {{12, 20}, {0, 4}}, 2, "[0, 4) overlaps or precedes [12, 20)");
+    refused(qt, ot, {{9, 3}, {20, 25}}, 2, "[9, 3) ends before it begins");
+    refused(qt, ot, {{0, 4}, {8, 9}, {20, 25}}, 3, "3 ranges, more than max_ranges (2)");
+    const std::vector<PositionRange> all{{0, 30}, {30, 30}};
+    refused(host_tensor(q.data(), flat, 2), ot, all, 1, "q must be [1, 4, 32], row-major");
+    refused(host_tensor(q.data(), wide), ot, all, 1, "q must be [1, 4, 32], row-major");
+    DLTensor strided = qt;
     strided.strides = transposed;
-    refused(strided, ok, "q must be [1, 4, 32], row-major");
-    refused(host_tensor(q.data(), good), host_tensor(out.data(), flat, 2),
-            "out must be [1, 4, 32], row-major");
+    refused(strided, ot, all, 1, "q must be [1, 4, 32], row-major");
+    refused(qt, host_tensor(out.data(), flat, 2), all, 1, "out must be [1, 4, 32], row-major");
   }
 }
 
