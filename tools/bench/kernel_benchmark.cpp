@@ -38,7 +38,7 @@ struct Format {
 // plausible scales.
 struct RowData {
   std::vector<std::uint8_t> codes, meta;
-  // Rows [first, first + 16) of `tokens`, with the 16 codes rows from `next` on (if there are
+  // The rows from `first` on (of `tokens`), with the 16 codes rows from `next` on (if there are
   // any) to ask for into cache meanwhile, as a paged call asks for the tiles ahead.
   cpu::RowBlock block(Rows kind, std::uint32_t first, std::uint32_t next,
                       std::uint32_t tokens) const {
@@ -126,12 +126,12 @@ int main(int argc, char** argv) {
   cpu::PendingValues pending;
   for (std::uint32_t round = 0; round < rounds; ++round)
     for (Run& r : runs) {
-      const cpu::RowBlock k{r.kernels.keys(), r.k.codes.data(), r.k.meta.data()};
-      const cpu::RowBlock v{r.kernels.values(), r.v.codes.data(), r.v.meta.data()};
       cpu::SoftmaxState state(group, dim);
       const auto start = std::chrono::steady_clock::now();
       if (ahead == 0) {
-        r.kernels(q.data(), &r.q8, k, v, tokens, state, pending, logits.data());
+        r.kernels(q.data(), &r.q8, r.k.block(r.kernels.keys(), 0, tokens, tokens),
+                  r.v.block(r.kernels.values(), 0, tokens, tokens), tokens, state, pending,
+                  logits.data());
       } else {
         for (std::uint32_t t = 0; t < tokens; t += 16) {
           const std::uint32_t n = std::min(16u, tokens - t), next = t + 16 * ahead;
