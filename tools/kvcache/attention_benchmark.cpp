@@ -168,6 +168,8 @@ nlohmann::json to_json(const AttentionBenchOptions& o, const AttentionBenchResul
           {"device", r.device},
           {"k_format", o.k_format},
           {"v_format", o.v_format},
+          {"k_options", o.k_options},
+          {"v_options", o.v_options},
           {"tokens", o.tokens},
           {"batch", o.batch},
           {"queries", o.queries},

@@ -4,11 +4,13 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <utility>
 
 #include <fmt/format.h>
 
 #include "attention_benchmark.hpp"
 #include "commands.hpp"
+#include "format_spec.hpp"
 #include "kvcache/registry.hpp"
 #include "serving_simulation.hpp"
 
@@ -90,15 +92,19 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
       "One layer of decode attention (or a prefill chunk), against the machine's read bandwidth");
   struct Flags {
     AttentionBenchOptions options;
-    std::string format, mask = "causal";
+    std::string format, k_format = "fp16", v_format = "fp16", mask = "causal";
     bool json = false;
   };
   auto f = std::make_shared<Flags>();
   AttentionBenchOptions& o = f->options;
   attention->add_option("--backend", o.backend, "backend component")->capture_default_str();
-  attention->add_option("--format", f->format, "storage format of K and V");
-  attention->add_option("--k-format", o.k_format, "storage format of K")->capture_default_str();
-  attention->add_option("--v-format", o.v_format, "storage format of V")->capture_default_str();
+  attention->add_option("--format", f->format,
+                        "storage format of K and V, with options as NAME:KEY=VALUE[,KEY=VALUE] "
+                        "(e.g. int4-group:group=64)");
+  attention->add_option("--k-format", f->k_format, "storage format of K (as --format)")
+      ->capture_default_str();
+  attention->add_option("--v-format", f->v_format, "storage format of V (as --format)")
+      ->capture_default_str();
   attention->add_option("--tokens", o.tokens, "cached tokens per sequence")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -131,7 +137,12 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
   attention->add_flag("--json", f->json, "print one JSON object");
   attention->callback([&globals, f] {
     AttentionBenchOptions& o = f->options;
-    if (!f->format.empty()) o.k_format = o.v_format = f->format;
+    if (!f->format.empty()) f->k_format = f->v_format = f->format;
+    FormatChoice k = parse_format_spec(f->k_format), v = parse_format_spec(f->v_format);
+    o.k_format = std::move(k.name);
+    o.k_options = std::move(k.options);
+    o.v_format = std::move(v.name);
+    o.v_options = std::move(v.options);
     o.mask = parse_mask_spec(f->mask);
     const Config config = selected_config(globals);
     const auto registry = Registry::load(config.plugins);
@@ -149,7 +160,7 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
         "attention:          {:.1f} GB/s = {:.2f} of memory bandwidth ({:.1f} GB/s, {}, measured "
         "in this run), {:.1f} GFLOP/s\n"
         "tokens/s:           {:.0f}\n",
-        o.backend, r.device, o.k_format, o.v_format, o.tokens, o.batch, o.queries, o.q_heads,
+        o.backend, r.device, f->k_format, f->v_format, o.tokens, o.batch, o.queries, o.q_heads,
         o.kv_heads, o.head_dim, o.page_size, f->mask, r.threads, r.kv_bytes / 1e6, r.seconds * 1e3,
         r.calls, r.gbps, r.bandwidth_fraction, r.read_bandwidth_gbps, r.bandwidth_probe, r.gflops,
         r.tokens_per_second);
