@@ -115,10 +115,11 @@ Pass16 key_pass(std::uint32_t group, std::uint32_t dim, Rows keys, bool vnni);
 ValuePass value_pass(std::uint32_t group, std::uint32_t dim, Rows values, bool vnni);
 }  // namespace avx2
 
-// The pass for rows of `kind`: floats.template operator()<R>() for the kinds read as floats,
-// else `int8` or `int4`.
-template <class Pass, class Floats>
-Pass for_kind(Rows kind, Floats floats, Pass int8, Pass int4) {
+// The pass for rows of `kind` and head dimension D: floats.template operator()<R>() for the kinds
+// read as floats, `int8`, or int4.template operator()<S>() for int4 in groups of S elements (null
+// where S passes D).
+template <int D, class Pass, class Floats, class Int4>
+Pass for_kind(Rows kind, Floats floats, Pass int8, Int4 int4) {
   switch (kind) {
     case Rows::float32:
       return floats.template operator()<Rows::float32>();
@@ -130,8 +131,13 @@ Pass for_kind(Rows kind, Floats floats, Pass int8, Pass int4) {
       return floats.template operator()<Rows::fp8>();
     case Rows::int8:
       return int8;
-    case Rows::int4:
-      return int4;
+    case Rows::int4_g32:
+      return int4.template operator()<32>();
+    case Rows::int4_g64:
+      return int4.template operator()<64>();
+    case Rows::int4_g128:
+      if constexpr (D >= 128) return int4.template operator()<128>();
+      return nullptr;
   }
   return nullptr;
 }

@@ -135,7 +135,8 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   }
 
   // How K and V reach the kernels: BlockAttention reads fp16, bf16, fp8, int8 and int4 (groups
-  // of 32) rows in place where it can; everything else is decoded into float32 rows first.
+  // of 32, 64 or 128) rows in place where it can; everything else is decoded into float32 rows
+  // first.
   // Accumulated scores need the exact logits of the float path (the weights must match the
   // reference), so they keep it.
   const SlotCodec& kc = store->codec(false);
@@ -152,7 +153,7 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
       case FormatKind::int8_per_token:
         return Rows::int8;
       case FormatKind::int4_group:
-        return codec.spec().group == 32 ? Rows::int4 : Rows::float32;
+        return int4_rows(codec.spec().group);
       default:
         return Rows::float32;
     }

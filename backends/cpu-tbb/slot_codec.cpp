@@ -229,16 +229,17 @@ struct WidenFp8 {
   }
 };
 
-// int4-group with groups of 32: 8 bytes hold 16 codes (even element in the low nibble);
+// int4-group in groups of Group elements: 8 bytes hold 16 codes (even element in the low nibble);
 // code * scale + minimum, with the row's fp16 scales and minima widened together first.
+template <std::uint32_t Group>
 KVCACHE_AVX512 void decode_int4_avx512(const std::byte* codes, const std::byte* meta,
                                        std::uint32_t d, float* out) {
-  constexpr std::uint32_t Group = 32;
-  alignas(64) float params[2 * 256 / Group];  // (scale, minimum) per group, head_dim <= 256
-  for (std::uint32_t h = 0; h < 2 * d / Group; h += 8)
-    _mm256_store_ps(
-        params + h,
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(meta + 2 * h))));
+  alignas(64) float params[2 * 256 / 32];  // (scale, minimum) per group, head_dim <= 256
+  const std::uint32_t halves = 2 * d / Group;
+  for (std::uint32_t h = 0; h < halves; h += 8)
+    _mm256_store_ps(params + h, _mm256_cvtph_ps(_mm_maskz_loadu_epi16(
+                                    static_cast<__mmask8>((1u << std::min(8u, halves - h)) - 1),
+                                    meta + 2 * h)));
   for (std::uint32_t i = 0; i < d; i += 16) {
     const __m128i packed = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i / 2));
     const __m128i bytes =
@@ -272,10 +273,11 @@ SlotCodec::SlotCodec(const FormatSpec& spec, std::uint32_t head_dim, std::uint32
     if (spec.kind == FormatKind::bf16) fast_decode_ = &decode_bf16_avx512;
     if (spec.kind == FormatKind::int8_per_token) fast_decode_ = &decode_scaled<WidenInt8>;
     if (spec.kind == FormatKind::fp8_e4m3) fast_decode_ = &decode_scaled<WidenFp8>;
-    // The scales are widened in blocks of 8 halves: 4 groups of 32 at a time.
-    if (spec.kind == FormatKind::int4_group && spec.group == 32 && head_dim <= 256 &&
-        head_dim % 128 == 0)
-      fast_decode_ = &decode_int4_avx512;
+    if (spec.kind == FormatKind::int4_group && head_dim <= 256) {
+      if (spec.group == 32) fast_decode_ = &decode_int4_avx512<32>;
+      if (spec.group == 64) fast_decode_ = &decode_int4_avx512<64>;
+      if (spec.group == 128) fast_decode_ = &decode_int4_avx512<128>;
+    }
   }
 }
 

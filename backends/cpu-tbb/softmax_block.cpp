@@ -94,13 +94,16 @@ std::size_t row_bytes(Rows kind, std::uint32_t dim) {
     case Rows::fp8:
     case Rows::int8:
       return dim;
-    case Rows::int4:
+    case Rows::int4_g32:
+    case Rows::int4_g64:
+    case Rows::int4_g128:
       return dim / 2;
   }
   return 0;
 }
 std::size_t meta_bytes(Rows kind, std::uint32_t dim) {
-  return kind == Rows::int8 || kind == Rows::fp8 ? 4 : kind == Rows::int4 ? dim / 32 * 4 : 0;
+  if (kind == Rows::int8 || kind == Rows::fp8) return 4;
+  return int4_group(kind) != 0 ? dim / int4_group(kind) * 4 : 0;
 }
 
 // A chunk (kQueryChunk elements) quantized: step = max|x| / 127 and codes[i] = rne(x[i] / step)
@@ -185,7 +188,7 @@ QuantizedQuery BlockAttention::quantize(const float* q) const {
   if (isa_ == VectorIsa::avx2) {
     out.wide_codes.resize(std::size_t{group} * dim);
     out.pair_steps.resize(std::size_t{parts} * 8);
-    if (keys_ == Rows::int4) out.pair_sums.resize(out.pair_steps.size());
+    if (int4_group(keys_) != 0) out.pair_sums.resize(out.pair_steps.size());
     for (std::uint32_t h = 0; h < group; ++h) {
       quantize_head(h);
       std::int16_t* wide = out.wide_codes.data() + std::size_t{h} * dim;
@@ -198,7 +201,7 @@ QuantizedQuery BlockAttention::quantize(const float* q) const {
       for (std::uint32_t p = 0; p < parts; ++p)
         for (std::uint32_t lane = h * (8 / group); lane < (h + 1) * (8 / group); ++lane) {
           out.pair_steps[p * 8 + lane] = step_of[p];
-          if (keys_ == Rows::int4)
+          if (int4_group(keys_) != 0)
             out.pair_sums[p * 8 + lane] = step_of[p] * static_cast<float>(sum_of[p]);
         }
     }
@@ -269,7 +272,7 @@ BlockAttention::BlockAttention(std::uint32_t group, std::uint32_t dim, Rows stor
   }
   // The AVX-512 int4 value pass takes spans (int8 rows, whose format errs less, are rounded per
   // block of 16: see kLargestCode).
-  if (isa_ == VectorIsa::avx512 && values_ == Rows::int4) span_ = kSpanBlocks;
+  if (isa_ == VectorIsa::avx512 && int4_group(values_) != 0) span_ = kSpanBlocks;
   key_bytes_ = row_bytes(keys_, dim);
   key_meta_ = meta_bytes(keys_, dim);
   value_bytes_ = row_bytes(values_, dim);

@@ -41,12 +41,26 @@ void block_logits(const float* q, std::uint32_t group, std::uint32_t dim, const 
                   std::uint32_t n, float* logits);
 
 // How key or value rows reach BlockAttention: float32 rows, or stored rows read in place (fp16 or
-// bf16 codes; int8 or fp8 E4M3 codes with one float scale per row; int4 codes of groups of 32,
-// two per byte, with an fp16 scale and minimum per group).
-enum class Rows { float32, float16, bfloat16, fp8, int8, int4 };
+// bf16 codes; int8 or fp8 E4M3 codes with one float scale per row; int4 codes, two per byte, with
+// an fp16 scale and minimum per group of 32, 64 or 128 elements).
+enum class Rows { float32, float16, bfloat16, fp8, int8, int4_g32, int4_g64, int4_g128 };
+// The elements per scale group of int4 rows, 0 for the other kinds.
+constexpr std::uint32_t int4_group(Rows kind) {
+  return kind == Rows::int4_g32    ? 32
+         : kind == Rows::int4_g64  ? 64
+         : kind == Rows::int4_g128 ? 128
+                                   : 0;
+}
+// The kind of int4 rows in groups of `group` elements (32, 64 or 128; float32 for others: decoded).
+constexpr Rows int4_rows(std::uint32_t group) {
+  return group == 32    ? Rows::int4_g32
+         : group == 64  ? Rows::int4_g64
+         : group == 128 ? Rows::int4_g128
+                        : Rows::float32;
+}
 // The kinds read by integer dot products (keys against a quantized query).
-inline bool integer_rows(Rows kind) {
-  return kind == Rows::int8 || kind == Rows::int4;
+constexpr bool integer_rows(Rows kind) {
+  return kind == Rows::int8 || int4_group(kind) != 0;
 }
 struct RowBlock {
   Rows kind = Rows::float32;
@@ -65,14 +79,15 @@ inline constexpr std::uint32_t kQueryChunk = 64;
 struct QuantizedQuery {
   // AVX-512 (vpdpbusd, keys transposed so that lanes are tokens): codes in element order for
   // int8 keys, for int4 keys each head's even elements then its odd ones; the kernels sum
-  // products per part of 32 elements (an int4 group) and take off what the keys' offset adds:
-  // int8 keys are read as unsigned (k + 128), int4 ones carry a minimum per group.
+  // products per part of 32 elements (within an int4 group) and take off what the keys' offset
+  // adds: int8 keys are read as unsigned (k + 128), int4 ones carry a minimum per group.
   std::vector<std::int8_t> codes;  // [group][dim]
   std::vector<float> part_steps;   // [group][dim / 32]: the step of the part's chunk
   std::vector<float> part_sums;    // [group][dim / 32]: step x the part's code sum (x 128: int8)
   // AVX2 (int16 pairs): codes widened, in element order for int8 keys, for int4 keys each group
   // of 32 as its even elements then its odd ones. The kernels sum products per part of 32
-  // elements (an int4 group) for 8 (head, key) pairs at a time, lane i for head i / (8 / group).
+  // elements (within an int4 group) for 8 (head, key) pairs at a time, lane i for head i / (8 /
+  // group).
   std::vector<std::int16_t> wide_codes;  // [group][dim]
   std::vector<float> pair_steps;         // [dim / 32][8]: the step of the part's chunk
   std::vector<float> pair_sums;          // int4 keys, [dim / 32][8]: step x the part's code sum

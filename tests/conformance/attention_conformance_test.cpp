@@ -1,9 +1,9 @@
-// Every backend's attention against the reference, through the real loader: every format x
-// MHA/GQA/MQA x masks (causal, sliding window, sinks + window) x page sizes 8..64, ragged
-// lengths, decode and prefill, compacted sequences, long sequences split across threads, and
-// accumulated scores. Unused slots hold NaN, so a read of padding would show. Kernels that
-// round q to int8 (integer dot products) are checked against the rounded q and held to a
-// derived bound against q itself.
+// Every backend's attention against the reference, through the real loader: every format (int4
+// in groups of 32, 64 and 128) x MHA/GQA/MQA x masks (causal, sliding window, sinks + window) x
+// page sizes 8..64, ragged lengths, decode and prefill, compacted sequences, long sequences split
+// across threads, and accumulated scores. Unused slots hold NaN, so a read of padding would show.
+// Kernels that round q to int8 (integer dot products) are checked against the rounded q and held to
+// a derived bound against q itself.
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -27,37 +27,60 @@ struct Heads {
   std::uint32_t q, kv;
 };
 
+// A storage format with its options: every format with its defaults (kivi-k in groups of 8
+// tokens, to fit small pages), and int4-group also in groups of 64 and (where head_dim allows)
+// 128 elements, which have kernels of their own.
+struct FormatCase {
+  std::string name;
+  nlohmann::json options = nlohmann::json::object();
+};
+std::vector<FormatCase> format_cases(std::uint32_t head_dim) {
+  std::vector<FormatCase> formats;
+  for (const std::string& f : format_names()) {
+    formats.push_back({f, f == "kivi-k" ? nlohmann::json{{"group", 8}} : nlohmann::json::object()});
+    if (f == "int4-group")
+      for (const std::uint32_t group : {64u, 128u})
+        if (head_dim % group == 0) formats.push_back({f, {{"group", group}}});
+  }
+  return formats;
+}
+
 struct AttentionCase {
   std::string backend;
-  std::string format;
+  FormatCase format;
   Heads heads;
   std::uint32_t page_size;
   std::uint32_t head_dim;
 };
 
 void PrintTo(const AttentionCase& c, std::ostream* os) {
-  *os << c.backend << " " << c.format << " q" << c.heads.q << "/kv" << c.heads.kv << " page "
-      << c.page_size << " dim " << c.head_dim;
+  *os << c.backend << " " << c.format.name << c.format.options.dump() << " q" << c.heads.q << "/kv"
+      << c.heads.kv << " page " << c.page_size << " dim " << c.head_dim;
 }
 
 std::vector<AttentionCase> attention_cases() {
   std::vector<AttentionCase> cases;
   for (const std::string& backend : backend_names())
-    for (const std::string& f : format_names())
+    for (const FormatCase& f : format_cases(64))
       for (const Heads h : {Heads{8, 8}, Heads{8, 2}, Heads{8, 1}})
         for (const std::uint32_t p : {8u, 16u, 32u, 64u}) cases.push_back({backend, f, h, p, 64});
   // Head dimension 128 (Llama's) has kernels of its own: every group size at one page size.
   for (const std::string& backend : backend_names())
-    for (const std::string& f : format_names())
+    for (const FormatCase& f : format_cases(128))
       for (const Heads h : {Heads{8, 8}, Heads{8, 4}, Heads{8, 2}, Heads{8, 1}})
         cases.push_back({backend, f, h, 16, 128});
   return cases;
 }
 
 std::string case_name(const ::testing::TestParamInfo<AttentionCase>& info) {
-  std::string n = info.param.backend + "_" + info.param.format + "_q" +
-                  std::to_string(info.param.heads.q) + "kv" + std::to_string(info.param.heads.kv) +
-                  "_p" + std::to_string(info.param.page_size) +
+  const FormatCase& f = info.param.format;
+  std::string n = info.param.backend + "_" + f.name +
+                  (f.name == "int4-group" && f.options.contains("group")
+                       ? "_g" + std::to_string(f.options["group"].get<std::uint32_t>())
+                       : "") +
+                  "_q" + std::to_string(info.param.heads.q) + "kv" +
+                  std::to_string(info.param.heads.kv) + "_p" +
+                  std::to_string(info.param.page_size) +
                   (info.param.head_dim == 64 ? "" : "_d" + std::to_string(info.param.head_dim));
   for (char& c : n)
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
@@ -65,18 +88,21 @@ std::string case_name(const ::testing::TestParamInfo<AttentionCase>& info) {
 }
 
 // Error allowed against attention over the original float32 K/V (the format's own loss).
-double format_tolerance(const std::string& format) {
-  if (format == "fp32" || format == "fp16") return 2e-3;
-  if (format == "bf16") return 1e-2;
+double format_tolerance(const FormatCase& format) {
+  if (format.name == "fp32" || format.name == "fp16") return 2e-3;
+  if (format.name == "bf16") return 1e-2;
   // A row's step is its largest |element| / 127, larger the longer the row: at head_dim 128 one
   // case in 672 loses 0.031.
-  if (format == "int8-per-token") return 4e-2;
-  if (format == "fp8-e4m3") return 0.15;
-  return 0.35;  // 4-bit and 2-bit codes
+  if (format.name == "int8-per-token") return 4e-2;
+  if (format.name == "fp8-e4m3") return 0.15;
+  // 4-bit and 2-bit codes. int4's step is its group's range / 15, and wider groups of normal
+  // elements span wider ranges: groups of 64 and 128 lose up to 0.37 here.
+  if (format.name == "int4-group" && format.options.value("group", 32) > 32) return 0.45;
+  return 0.35;
 }
 
 // Whether the backend rounds q to int8 for integer dot products: cpu-tbb does for int8 keys and
-// int4 keys in groups of 32 (every shape here has such a kernel), unless scores are accumulated
+// int4 keys of every group size (every shape here has such a kernel), unless scores are accumulated
 // (they keep the float logits), with its AVX-512 kernels where the CPU also has VNNI and
 // KVCACHE_CPU_NO_VNNI is unset, and with its AVX2 kernels always. KVCACHE_CPU_ISA caps the
 // family (ctest runs the cpu-tbb cases with each). It then computes attention for round_query(q)
@@ -150,8 +176,8 @@ class AttentionConformance : public ::testing::TestWithParam<AttentionCase> {
     StoreSpec spec;
     spec.model = {kLayers, GetParam().heads.q, GetParam().heads.kv, dim_};
     spec.page_size = GetParam().page_size;
-    spec.k_format = spec.v_format = GetParam().format;
-    if (GetParam().format == "kivi-k") spec.k_options = spec.v_options = {{"group", 8}};
+    spec.k_format = spec.v_format = GetParam().format.name;
+    spec.k_options = spec.v_options = GetParam().format.options;
     spec.capacity_bytes = 64ull << 20;
     spec.poison_unused = true;
     store_ = open_store(GetParam().backend, spec);
@@ -255,7 +281,7 @@ class AttentionConformance : public ::testing::TestWithParam<AttentionCase> {
         // at most e per head, so each weight p_t by a factor within exp(+-2e) and an output
         // element by at most (exp(2e) - 1) x sum_t p_t |v_t| (the reference over |v|).
         std::vector<float> exact = want, slack(qh * dim_, 0.0f);
-        if (rounds_query(GetParam().backend, GetParam().format, scores)) {
+        if (rounds_query(GetParam().backend, GetParam().format.name, scores)) {
           reference::attention(rs, round_query(qrow), k, v, positions[i], r, scale, exact);
           std::vector<float> abs_v(v.size()), mean_abs_v(qh * dim_);
           for (std::size_t e = 0; e < v.size(); ++e) abs_v[e] = std::fabs(v[e]);
@@ -348,10 +374,8 @@ TEST_P(AttentionConformance, LongSequenceSplitAcrossThreads) {
 }
 
 TEST_P(AttentionConformance, CompactedSequenceUsesLogicalPositions) {
-  if (parse_format(GetParam().format, GetParam().format == "kivi-k" ? nlohmann::json{{"group", 8}}
-                                                                    : nlohmann::json::object())
-          .groups_tokens())
-    GTEST_SKIP() << GetParam().format << " cannot drop tokens one by one";
+  if (parse_format(GetParam().format.name, GetParam().format.options).groups_tokens())
+    GTEST_SKIP() << GetParam().format.name << " cannot drop tokens one by one";
   const SeqId a = store_->create_sequence();
   append({a}, 60);
   store_->drop(a, std::vector<PositionRange>{{5, 25}});

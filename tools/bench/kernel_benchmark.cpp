@@ -65,9 +65,9 @@ RowData random_rows(const Format& f, std::uint32_t dim, std::uint32_t n, std::mt
       for (auto& c : r.codes)
         c = static_cast<std::uint8_t>(byte(rng) & (f.rows == Rows::fp8 ? 0x77 : 0xFF));
   }
-  if (f.rows == Rows::int4) {
+  if (const std::uint32_t group = cpu::int4_group(f.rows); group != 0) {
     auto* params = reinterpret_cast<std::uint16_t*>(r.meta.data());
-    for (std::size_t i = 0; i < std::size_t{n} * dim / 32; ++i) {
+    for (std::size_t i = 0; i < std::size_t{n} * dim / group; ++i) {
       params[2 * i] = fp16_from_float(0.05f);
       params[2 * i + 1] = fp16_from_float(-0.4f);
     }
@@ -98,7 +98,9 @@ int main(int argc, char** argv) {
                             {"bf16", Rows::bfloat16, dim * 2u, 0},
                             {"fp8-e4m3", Rows::fp8, dim, 4},
                             {"int8-per-token", Rows::int8, dim, 4},
-                            {"int4-group", Rows::int4, dim / 2u, dim / 32u * 4}};
+                            {"int4-group", Rows::int4_g32, dim / 2u, dim / 32u * 4},
+                            {"int4-group:group=64", Rows::int4_g64, dim / 2u, dim / 64u * 4},
+                            {"int4-group:group=128", Rows::int4_g128, dim / 2u, dim / 128u * 4}};
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;
   std::vector<float> q(std::size_t{group} * dim);
@@ -148,9 +150,9 @@ int main(int argc, char** argv) {
   std::printf("%s kernels, group %u, head_dim %u, %u tokens, %s, one thread; best of %u\n",
               cpu::kernel_family(), group, dim, tokens,
               ahead == 0 ? "one call" : "a call per block", rounds);
-  std::printf("%-16s %12s %10s\n", "format", "ns/token", "vs fp16");
+  std::printf("%-22s %12s %10s\n", "format", "ns/token", "vs fp16");
   const double fp16 = runs.empty() ? 0.0 : runs.front().best;
   for (std::size_t i = 0; i < runs.size(); ++i)
-    std::printf("%-16s %12.2f %9.2fx\n", runs[i].name, runs[i].best * 1e9 / tokens,
+    std::printf("%-22s %12.2f %9.2fx\n", runs[i].name, runs[i].best * 1e9 / tokens,
                 fp16 / runs[i].best);
 }

@@ -50,7 +50,7 @@ KVCACHE_AVX2 void keys16(const Block16& b) {
 }
 
 // 16 codes of a key row widened to int16: int8 elements e..e+15; int4 (e a multiple of 16 in a
-// group of 32) the group's even elements for its first half, its odd ones for the second, as
+// part of 32) the part's even elements for its first half, its odd ones for the second, as
 // BlockAttention::quantize orders the query.
 template <Rows K>
 KVCACHE_AVX2 KVCACHE_INLINE __m256i key_codes(const void* row, int e) {
@@ -58,7 +58,7 @@ KVCACHE_AVX2 KVCACHE_INLINE __m256i key_codes(const void* row, int e) {
     return _mm256_cvtepi8_epi16(_mm_loadu_si128(
         reinterpret_cast<const __m128i*>(static_cast<const std::int8_t*>(row) + e)));
   } else {
-    static_assert(K == Rows::int4);
+    static_assert(int4_group(K) != 0);
     const __m256i bytes = _mm256_cvtepu8_epi16(_mm_loadu_si128(
         reinterpret_cast<const __m128i*>(static_cast<const std::uint8_t*>(row) + e / 32 * 16)));
     return e % 32 == 0 ? _mm256_and_si256(bytes, _mm256_set1_epi16(0x0F))
@@ -67,19 +67,19 @@ KVCACHE_AVX2 KVCACHE_INLINE __m256i key_codes(const void* row, int e) {
 }
 
 // int8 or int4 keys against the quantized query: exact int16 dot products per part of 32
-// elements (per chunk of 64 for int8, whose parts share the query's step), turned into logits by
-// the query's step and the key's scale (int8: one per row; int4: one per group, plus the
-// group's minimum times step x the query codes' sum).
+// elements, or per chunk of 64 whose parts share the query's step and the key's scale (int8, and
+// int4 in groups of 64 or 128), turned into logits by the query's step and the key's scale (int8:
+// one per row; int4: one per group, plus the group's minimum times step x the query codes' sum).
 template <int G, int D, Rows K, class Dot>
 KVCACHE_AVX2 void keys16_int(const Block16& b) {
   static_assert(D == 64 || D == 128);
-  constexpr int T = 8 / G, Parts = D / 32;
-  constexpr int Span = K == Rows::int8 ? 2 : 1;  // parts per integer sum
+  constexpr int T = 8 / G, Parts = D / 32, S = int4_group(K);
+  constexpr int Span = S == 32 ? 1 : 2;  // parts per integer sum
   constexpr int RowBytes = K == Rows::int8 ? D : D / 2;
   const QuantizedQuery& q8 = *b.q8;
   const auto* keys = static_cast<const std::byte*>(b.k);
-  GroupParams<D> params;
-  if constexpr (K == Rows::int4) load_group_params<D>(b.k_meta, 16, params);
+  GroupParams<S == 0 ? 1 : D / S> params;
+  if constexpr (S != 0) load_group_params(b.k_meta, 16, params);
   alignas(32) float logits[G][16];
   for (int first = 0; first < 16; first += T) {
     prefetch_key_shares<16 / T>(b, first / T);
@@ -106,9 +106,13 @@ KVCACHE_AVX2 void keys16_int(const Block16& b) {
       if constexpr (K == Rows::int8) {
         sum = _mm256_fmadd_ps(dots, steps, sum);
       } else {
-        sum = _mm256_fmadd_ps(dots, _mm256_mul_ps(steps, per_key<T>(params.scale[p] + first)), sum);
-        sum = _mm256_fmadd_ps(per_key<T>(params.minimum[p] + first),
-                              _mm256_loadu_ps(q8.pair_sums.data() + 8 * p), sum);
+        const int group = p * 32 / S;
+        __m256 code_sums = _mm256_loadu_ps(q8.pair_sums.data() + 8 * p);
+        if constexpr (Span == 2)
+          code_sums = _mm256_add_ps(code_sums, _mm256_loadu_ps(q8.pair_sums.data() + 8 * p + 8));
+        sum = _mm256_fmadd_ps(dots, _mm256_mul_ps(steps, per_key<T>(params.scale[group] + first)),
+                              sum);
+        sum = _mm256_fmadd_ps(per_key<T>(params.minimum[group] + first), code_sums, sum);
       }
     }
     if constexpr (K == Rows::int8)
@@ -123,10 +127,13 @@ KVCACHE_AVX2 void keys16_int(const Block16& b) {
 
 Pass16 key_pass(std::uint32_t group, std::uint32_t dim, Rows keys, bool vnni) {
   return for_shape(group, dim, [keys, vnni]<int G, int D>() {
-    return for_kind(
+    return for_kind<D>(
         keys, []<Rows R>() -> Pass16 { return &keys16<G, D, R>; },
         vnni ? &keys16_int<G, D, Rows::int8, VnniDot> : &keys16_int<G, D, Rows::int8, MaddDot>,
-        vnni ? &keys16_int<G, D, Rows::int4, VnniDot> : &keys16_int<G, D, Rows::int4, MaddDot>);
+        [vnni]<int S>() -> Pass16 {
+          constexpr Rows K = int4_rows(S);
+          return vnni ? &keys16_int<G, D, K, VnniDot> : &keys16_int<G, D, K, MaddDot>;
+        });
   });
 }
 

@@ -137,12 +137,12 @@ KVCACHE_AVX2 void values16_int8(const Block16& b) {
   add_pairs<G, D, Dot>(b, Int8Pairs<D>{static_cast<const std::int8_t*>(b.v), codes, unit, b.acc});
 }
 
-// int4 rows: 8 bytes (16 elements, within a group) of two rows interleaved byte by byte, split
-// into low nibbles (even elements) and high ones (odd), put back in element order by 16-bit
-// unpacks, then widened.
-template <int G, int D>
+// int4 rows in groups of S elements: 8 bytes (16 elements, within a group) of two rows
+// interleaved byte by byte, split into low nibbles (even elements) and high ones (odd), put back
+// in element order by 16-bit unpacks, then widened.
+template <int G, int D, int S>
 struct Int4Pairs {
-  static constexpr int Groups = D / 32;
+  static constexpr int Groups = D / S;
   const std::uint8_t* v;
   const std::int16_t (*codes_of)[Groups][16];
   const float (*unit)[Groups];
@@ -160,9 +160,9 @@ struct Int4Pairs {
     first = _mm256_cvtepu8_epi16(_mm_unpacklo_epi16(even, odd));
     next = _mm256_cvtepu8_epi16(_mm_unpackhi_epi16(even, odd));
   }
-  const std::int16_t* codes(int g, int vector) const { return codes_of[g][vector / 4]; }
+  const std::int16_t* codes(int g, int vector) const { return codes_of[g][vector * 8 / S]; }
   KVCACHE_AVX2 KVCACHE_INLINE void finish(int g, int vector, __m256i sums) const {
-    const int group = vector / 4;
+    const int group = vector * 8 / S;
     float* out = acc + g * D + 8 * vector;
     _mm256_storeu_ps(
         out, _mm256_add_ps(_mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(unit[g][group]),
@@ -171,15 +171,15 @@ struct Int4Pairs {
   }
 };
 
-// int4 values: per (head, group of 32) the weights times the group's scales, rounded against
-// their largest; the minima times the weights make one sum per (head, group), added to the
-// group's elements.
-template <int G, int D, class Dot>
+// int4 values in groups of S elements: per (head, group) the weights times the group's scales,
+// rounded against their largest; the minima times the weights make one sum per (head, group),
+// added to the group's elements.
+template <int G, int D, int S, class Dot>
 KVCACHE_AVX2 void values16_int4(const Block16& b) {
   static_assert(D == 64 || D == 128);
-  constexpr int Groups = D / 32;
-  GroupParams<D> params;
-  load_group_params<D>(b.v_meta, b.n, params);
+  constexpr int Groups = D / S;
+  GroupParams<Groups> params;
+  load_group_params(b.v_meta, b.n, params);
   alignas(32) std::int16_t codes[G][Groups][16];
   float unit[G][Groups], minimum_sum[G][Groups];
   for (int g = 0; g < G; ++g)
@@ -195,20 +195,22 @@ KVCACHE_AVX2 void values16_int4(const Block16& b) {
       half = _mm_add_ps(half, _mm_movehl_ps(half, half));
       minimum_sum[g][i] = _mm_cvtss_f32(_mm_add_ss(half, _mm_movehdup_ps(half)));
     }
-  add_pairs<G, D, Dot>(
-      b, Int4Pairs<G, D>{static_cast<const std::uint8_t*>(b.v), codes, unit, minimum_sum, b.acc});
+  add_pairs<G, D, Dot>(b, Int4Pairs<G, D, S>{static_cast<const std::uint8_t*>(b.v), codes, unit,
+                                             minimum_sum, b.acc});
 }
 
 }  // namespace
 
 ValuePass value_pass(std::uint32_t group, std::uint32_t dim, Rows values, bool vnni) {
   return for_shape<ValuePass>(group, dim, [values, vnni]<int G, int D>() {
-    return for_kind<ValuePass>(
+    return for_kind<D, ValuePass>(
         values, []<Rows R>() -> ValuePass { return &each_block<&values16<G, D, R>>; },
         vnni ? &each_block<&values16_int8<G, D, VnniDot>>
              : &each_block<&values16_int8<G, D, MaddDot>>,
-        vnni ? &each_block<&values16_int4<G, D, VnniDot>>
-             : &each_block<&values16_int4<G, D, MaddDot>>);
+        [vnni]<int S>() -> ValuePass {
+          return vnni ? &each_block<&values16_int4<G, D, S, VnniDot>>
+                      : &each_block<&values16_int4<G, D, S, MaddDot>>;
+        });
   });
 }
 

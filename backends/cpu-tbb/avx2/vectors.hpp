@@ -101,25 +101,26 @@ KVCACHE_AVX2 KVCACHE_INLINE __m256 per_key(const float* p) {
   if constexpr (T == 1) return _mm256_broadcast_ss(p);
 }
 
-// int4 rows' fp16 (scale, minimum) per group of 32, for 16 rows by group: scale[g][r] and
-// minimum[g][r], zeros past n rows.
-template <int D>
+// int4 rows' fp16 (scale, minimum) per group (Groups per row: 4, 2 or 1), for 16 rows by group:
+// scale[g][r] and minimum[g][r], zeros past n rows.
+template <int Groups>
 struct GroupParams {
-  static constexpr int Groups = D / 32;
   alignas(32) float scale[Groups][16];
   alignas(32) float minimum[Groups][16];
 };
-template <int D>
+template <int Groups>
 KVCACHE_AVX2 KVCACHE_INLINE void load_group_params(const void* meta, std::uint32_t n,
-                                                   GroupParams<D>& out) {
-  constexpr int Groups = D / 32;
+                                                   GroupParams<Groups>& out) {
+  static_assert(Groups == 1 || Groups == 2 || Groups == 4);
   const auto* halves = static_cast<const std::uint16_t*>(meta);
   alignas(32) float row[8];
   for (std::uint32_t r = 0; r < 16; ++r) {
     if (r < n) {
-      const __m128i codes = Groups == 4
-                                ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(halves + 8 * r))
-                                : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(halves + 4 * r));
+      const std::uint16_t* at = halves + 2 * Groups * r;
+      const __m128i codes =
+          Groups == 4   ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(at))
+          : Groups == 2 ? _mm_loadl_epi64(reinterpret_cast<const __m128i*>(at))
+                        : _mm_cvtsi32_si128(static_cast<int>(at[0] | std::uint32_t{at[1]} << 16));
       _mm256_store_ps(row, _mm256_cvtph_ps(codes));
     } else {
       _mm256_store_ps(row, _mm256_setzero_ps());

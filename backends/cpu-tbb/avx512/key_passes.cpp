@@ -148,37 +148,41 @@ KVCACHE_VNNI void keys16_int8(const Block16& b) {
                  b.weight + kSpan * g);
 }
 
-// 16 int4 keys (groups of 32; D of 64 or 128): column c's low nibbles are elements 8c, 8c + 2,
-// 8c + 4, 8c + 6 and its high nibbles the odd ones after them, against the query's even and odd
-// codes. Per (head, group) the integer sum times the group's scale and the query chunk's step,
-// plus the group's minimum times step x the query codes' sum.
-template <int G, int D>
+// 16 int4 keys (D of 64 or 128) in groups of S = 32, 64 or 128 elements: column c's low nibbles
+// are elements 8c, 8c + 2, 8c + 4, 8c + 6 and its high nibbles the odd ones after them, against
+// the query's even and odd codes. The integer sums run over units of 32 elements (S = 32) or 64
+// (a query chunk, whose step they share, inside one group); per (head, unit) the sum times the
+// group's scale and the chunk's step, plus the group's minimum times step x the query codes' sum.
+template <int G, int D, int S>
 KVCACHE_VNNI void keys16_int4(const Block16& b) {
   static_assert(D == 64 || D == 128);
-  constexpr int Groups = D / 32;
+  static_assert(S == 32 || S == 64 || S == 128);
+  constexpr int Parts = D / 32, Unit = S == 32 ? 1 : 2;  // parts of 32 elements per sum
   const QuantizedQuery& q8 = *b.q8;
-  const GroupParams<D> params = group_params<D>(b.k_meta, 16);
+  const GroupParams<D / S> params = group_params<D / S>(b.k_meta, 16);
   __m512i column[D / 8];
   transpose_rows<D / 8>(static_cast<const std::byte*>(b.k), D / 2, column);
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   __m512 logits[G];
   for (int g = 0; g < G; ++g) logits[g] = _mm512_setzero_ps();
-  for (int group = 0; group < Groups; ++group) {
-    prefetch_key_shares<Groups>(b, group);
-    __m512i even[4], odd[4];
-    for (int c = 0; c < 4; ++c) {
-      even[c] = _mm512_and_si512(column[4 * group + c], nibble);
-      odd[c] = _mm512_and_si512(_mm512_srli_epi16(column[4 * group + c], 4), nibble);
+  for (int first = 0; first < Parts; first += Unit) {
+    const int group = first * 32 / S;
+    prefetch_key_shares<Parts / Unit>(b, first / Unit);
+    __m512i even[4 * Unit], odd[4 * Unit];
+    for (int c = 0; c < 4 * Unit; ++c) {
+      even[c] = _mm512_and_si512(column[4 * first + c], nibble);
+      odd[c] = _mm512_and_si512(_mm512_srli_epi16(column[4 * first + c], 4), nibble);
     }
     for (int g = 0; g < G; ++g) {
-      const std::int8_t* codes = q8.codes.data() + g * D + 16 * group;
+      const std::int8_t* codes = q8.codes.data() + g * D + 16 * first;
       __m512i dot_even = _mm512_setzero_si512(), dot_odd = _mm512_setzero_si512();
-      for (int c = 0; c < 4; ++c) {
+      for (int c = 0; c < 4 * Unit; ++c) {
         dpbusd_broadcast(dot_even, even[c], codes + 4 * c);
         dpbusd_broadcast(dot_odd, odd[c], codes + D / 2 + 4 * c);
       }
-      const float step = q8.part_steps[g * Groups + group];
-      const float sum = q8.part_sums[g * Groups + group];
+      const float step = q8.part_steps[g * Parts + first];
+      float sum = q8.part_sums[g * Parts + first];
+      if constexpr (Unit == 2) sum += q8.part_sums[g * Parts + first + 1];
       logits[g] =
           _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(dot_even, dot_odd)),
                           _mm512_mul_ps(params.scale[group], _mm512_set1_ps(step)),
@@ -195,9 +199,9 @@ KVCACHE_KERNELS_END
 
 Pass16 key_pass(std::uint32_t group, std::uint32_t dim, Rows keys) {
   return for_shape(group, dim, [keys]<int G, int D>() {
-    return for_kind(
+    return for_kind<D>(
         keys, []<Rows R>() -> Pass16 { return &keys16<G, D, R>; }, &keys16_int8<G, D>,
-        &keys16_int4<G, D>);
+        []<int S>() -> Pass16 { return &keys16_int4<G, D, S>; });
   });
 }
 

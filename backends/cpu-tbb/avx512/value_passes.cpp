@@ -167,19 +167,20 @@ struct NibbleWords {
 };
 inline constexpr NibbleWords kNibbleWords;
 
-// int4 values, the blocks of a span at once: per (head, group of 32) the weights times the
-// group's scales, rounded against the head's largest weight times the group's largest scale in
-// the span; the minima times the weights make one sum per (head, group), added to the group's
-// elements. Groups go through in passes small enough that each (head, group)'s even and odd
-// sums stay in registers.
-template <int G, int D>
+// int4 values in groups of S = 32, 64 or 128 elements, the blocks of a span at once: per (head,
+// group) the weights times the group's scales, rounded against the head's largest weight times
+// the group's largest scale in the span; the minima times the weights make one sum per (head,
+// group), added to the group's elements. The rows go through in chunks of 32 elements (one byte
+// permute per pair of rows), in passes small enough that each (head, chunk)'s even and odd sums
+// stay in registers.
+template <int G, int D, int S>
 KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t count) {
   static_assert(D == 64 || D == 128);
-  constexpr int Groups = D / 32;
-  constexpr int P = Groups < 8 / G ? Groups : 8 / G;  // groups per pass: 2 x G x P sums
-  GroupParams<D> params[kSpanBlocks];
+  constexpr int Groups = D / S, Chunks = D / 32;
+  constexpr int P = Chunks < 8 / G ? Chunks : 8 / G;  // chunks per pass: 2 x G x P sums
+  GroupParams<Groups> params[kSpanBlocks];
   for (std::uint32_t k = 0; k < count; ++k)
-    params[k] = group_params<D>(blocks[k].v_meta, blocks[k].n);
+    params[k] = group_params<Groups>(blocks[k].v_meta, blocks[k].n);
   alignas(64) std::int16_t codes[G][Groups][kSpan];
   float unit[G][Groups];
   alignas(64) float minimum_sum[(G * Groups + 15) / 16 * 16];
@@ -233,7 +234,7 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t count) {
   const __m512i index[2] = {_mm512_load_si512(kNibbleWords.index[0]),
                             _mm512_load_si512(kNibbleWords.index[1])};
   const __m512i nibble = _mm512_set1_epi16(0x0F);
-  for (int first = 0; first < Groups; first += P) {
+  for (int first = 0; first < Chunks; first += P) {
     __m512i even[G][P], odd[G][P];
     for (int g = 0; g < G; ++g)
       for (int i = 0; i < P; ++i) even[g][i] = odd[g][i] = _mm512_setzero_si512();
@@ -244,10 +245,10 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t count) {
         if (first == 0) prefetch_shares(b, kShares / 2 + j, 2);
         __m512i bytes;
         for (int i = 0; i < P; ++i) {
-          const int group = first + i;
-          if (i == 0 || group % 2 == 0)
-            bytes = row_pair_bytes<D / 2>(v, j, 16 * (group - group % 2));
-          const __m512i words = _mm512_maskz_permutexvar_epi8(kLowBytes, index[group % 2], bytes);
+          const int chunk = first + i, group = chunk * 32 / S;
+          if (i == 0 || chunk % 2 == 0)
+            bytes = row_pair_bytes<D / 2>(v, j, 16 * (chunk - chunk % 2));
+          const __m512i words = _mm512_maskz_permutexvar_epi8(kLowBytes, index[chunk % 2], bytes);
           const __m512i low = _mm512_and_si512(words, nibble);
           const __m512i high = _mm512_srli_epi16(words, 4);
           for (int g = 0; g < G; ++g) {
@@ -259,8 +260,8 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t count) {
     }
     for (int g = 0; g < G; ++g)
       for (int i = 0; i < P; ++i) {
-        const int group = first + i;
-        float* out = blocks[0].acc + g * D + 32 * group;
+        const int chunk = first + i, group = chunk * 32 / S;
+        float* out = blocks[0].acc + g * D + 32 * chunk;
         const __m512 step = _mm512_set1_ps(unit[g][group]);
         const __m512 minimum = _mm512_set1_ps(minimum_sum[g * Groups + group]);
         const __m512i halves[2] = {_mm512_unpacklo_epi32(even[g][i], odd[g][i]),
@@ -282,9 +283,10 @@ ValuePass value_pass(std::uint32_t group, std::uint32_t dim, Rows values) {
   // Without byte permutes, int8 and int4 values are decoded to float32.
   const bool vbmi = has_vbmi();
   return for_shape<ValuePass>(group, dim, [values, vbmi]<int G, int D>() {
-    return for_kind<ValuePass>(
+    return for_kind<D, ValuePass>(
         values, []<Rows R>() -> ValuePass { return &each_block<&values16<G, D, R>>; },
-        vbmi ? &each_block<&values16_int8<G, D>> : nullptr, vbmi ? &values_int4<G, D> : nullptr);
+        vbmi ? &each_block<&values16_int8<G, D>> : nullptr,
+        [vbmi]<int S>() -> ValuePass { return vbmi ? &values_int4<G, D, S> : nullptr; });
   });
 }
 

@@ -163,18 +163,18 @@ KVCACHE_AVX512 KVCACHE_INLINE __m512 reciprocal(__m512 x) {
                              _mm512_fnmadd_ps(x, r, _mm512_set1_ps(2.0f)));
 }
 
-// int4 rows carry an fp16 (scale, minimum) per group of 32: 16 rows' of them as float vectors
-// over the rows (zeros past n), by two rounds of word permutes.
-template <int D>
+// int4 rows carry an fp16 (scale, minimum) per group (of 32, 64 or 128 elements; Groups per row:
+// 4, 2 or 1): 16 rows' of them as float vectors over the rows (zeros past n), by word permutes.
+template <int Groups>
 struct GroupParams {
-  static constexpr int Groups = D / 32;
   __m512 scale[Groups], minimum[Groups];
 };
-template <int D>
+template <int Groups>
 struct MetaTranspose {
-  // Round 1 (D = 128 only): rows r < 8 of the 8 halves per row in registers z0, z1 -> columns
-  // 4c..4c+3 as 8 rows each. Round 2: two registers of (D = 128) 8 rows x 4 columns or (D = 64)
-  // 16 rows x 4 columns -> a column pair (2i, 2i + 1) over the 16 rows.
+  // Groups = 4, round 1: rows r < 8 of the 8 halves per row in registers z0, z1 -> columns
+  // 4c..4c+3 as 8 rows each. Round 2: two registers of (Groups = 4) 8 rows x 4 columns or
+  // (Groups = 2) 16 rows x 4 columns -> a column pair (2i, 2i + 1) over the 16 rows. Groups = 1:
+  // one register of 16 rows x 2 columns -> the column pair.
   alignas(64) std::int16_t first[2][32], second[2][32];
   constexpr MetaTranspose() : first{}, second{} {
     for (int part = 0; part < 2; ++part)
@@ -184,26 +184,29 @@ struct MetaTranspose {
     for (int pair = 0; pair < 2; ++pair)
       for (int c = 0; c < 2; ++c)
         for (int r = 0; r < 16; ++r)
-          second[pair][16 * c + r] = static_cast<std::int16_t>(
-              D == 128 ? (r < 8 ? 0 : 32) + 8 * (2 * pair + c) + r % 8 : 4 * r + 2 * pair + c);
+          second[pair][16 * c + r] =
+              static_cast<std::int16_t>(Groups == 4 ? (r < 8 ? 0 : 32) + 8 * (2 * pair + c) + r % 8
+                                        : Groups == 2 ? 4 * r + 2 * pair + c
+                                                      : 2 * r + c);
   }
 };
-template <int D>
-inline constexpr MetaTranspose<D> kMetaTranspose;
+template <int Groups>
+inline constexpr MetaTranspose<Groups> kMetaTranspose;
 
-template <int D>
-KVCACHE_AVX512 KVCACHE_INLINE GroupParams<D> group_params(const void* meta, std::uint32_t n) {
-  constexpr int Halves = D / 32 * 2;  // per row
+template <int Groups>
+KVCACHE_AVX512 KVCACHE_INLINE GroupParams<Groups> group_params(const void* meta, std::uint32_t n) {
+  static_assert(Groups == 1 || Groups == 2 || Groups == 4);
+  constexpr int Halves = 2 * Groups;  // per row
   const auto* words = static_cast<const std::int16_t*>(meta);
-  __m512i z[D / 32];  // words 32i..32i+31, zeros past the n rows
-  for (int i = 0; i < D / 32; ++i) {
+  __m512i z[Groups];  // words 32i..32i+31, zeros past the n rows
+  for (int i = 0; i < Groups; ++i) {
     const int valid = std::clamp(static_cast<int>(n) * Halves - 32 * i, 0, 32);
     z[i] = _mm512_maskz_loadu_epi16(static_cast<__mmask32>((std::uint64_t{1} << valid) - 1),
                                     words + 32 * i);
   }
-  const auto& t = kMetaTranspose<D>;
-  __m512i pairs[D / 32];
-  if constexpr (D == 128) {
+  const auto& t = kMetaTranspose<Groups>;
+  __m512i pairs[Groups];
+  if constexpr (Groups == 4) {
     for (int part = 0; part < 2; ++part) {
       const __m512i top = _mm512_permutex2var_epi16(z[0], _mm512_load_si512(t.first[part]), z[1]);
       const __m512i bottom =
@@ -212,13 +215,14 @@ KVCACHE_AVX512 KVCACHE_INLINE GroupParams<D> group_params(const void* meta, std:
         pairs[2 * part + pair] =
             _mm512_permutex2var_epi16(top, _mm512_load_si512(t.second[pair]), bottom);
     }
-  } else {
-    static_assert(D == 64);
+  } else if constexpr (Groups == 2) {
     for (int pair = 0; pair < 2; ++pair)
       pairs[pair] = _mm512_permutex2var_epi16(z[0], _mm512_load_si512(t.second[pair]), z[1]);
+  } else {
+    pairs[0] = _mm512_permutexvar_epi16(_mm512_load_si512(t.second[0]), z[0]);
   }
-  GroupParams<D> out;
-  for (int i = 0; i < D / 32; ++i) {
+  GroupParams<Groups> out;
+  for (int i = 0; i < Groups; ++i) {
     out.scale[i] = _mm512_cvtph_ps(_mm512_castsi512_si256(pairs[i]));
     out.minimum[i] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(pairs[i], 1));
   }
