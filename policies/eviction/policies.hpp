@@ -42,6 +42,7 @@ class OldestFirst final : public EvictionPolicy {
  public:
   explicit OldestFirst(const sdk::Options& options);
   bool wants_scores() const override { return false; }
+  std::optional<bool> drops_tokens() const override { return false; }
   EvictionPlan after_step(const CacheState&) override { return {}; }
   EvictionPlan on_pressure(const CacheState& state, std::uint64_t pages_needed) override {
     return preempt_oldest(state, pages_needed);
@@ -54,6 +55,7 @@ class LeastRecentlyUsed final : public EvictionPolicy {
  public:
   explicit LeastRecentlyUsed(const sdk::Options& options);
   bool wants_scores() const override { return false; }
+  std::optional<bool> drops_tokens() const override { return false; }
   EvictionPlan after_step(const CacheState&) override { return {}; }
   EvictionPlan on_pressure(const CacheState& state, std::uint64_t pages_needed) override;
 };
@@ -63,6 +65,7 @@ class Priority final : public EvictionPolicy {
  public:
   explicit Priority(const sdk::Options& options);
   bool wants_scores() const override { return false; }
+  std::optional<bool> drops_tokens() const override { return false; }
   EvictionPlan after_step(const CacheState&) override { return {}; }
   EvictionPlan on_pressure(const CacheState& state, std::uint64_t pages_needed) override;
 };
@@ -74,6 +77,7 @@ class Streaming final : public EvictionPolicy {
  public:
   explicit Streaming(const sdk::Options& options);
   bool wants_scores() const override { return false; }
+  std::optional<bool> drops_tokens() const override { return true; }
   EvictionPlan after_step(const CacheState& state) override;
   EvictionPlan on_pressure(const CacheState& state, std::uint64_t pages_needed) override {
     return preempt_oldest(state, pages_needed);
@@ -91,6 +95,7 @@ class HeavyHitter final : public EvictionPolicy {
  public:
   explicit HeavyHitter(const sdk::Options& options);
   bool wants_scores() const override { return true; }
+  std::optional<bool> drops_tokens() const override { return true; }
   EvictionPlan after_step(const CacheState& state) override;
   EvictionPlan on_pressure(const CacheState& state, std::uint64_t pages_needed) override {
     return preempt_oldest(state, pages_needed);

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "kvcache/plugin_abi.h"
 #include "kvcache/registry.hpp"
 #include "test_plugins.hpp"
 
@@ -33,7 +34,8 @@ TEST(PluginFaults, EachBrokenPluginIsSkippedWithItsReason) {
   EXPECT_THAT(reasons.at("kvcache-test-no-entry.so"),
               HasSubstr("no entry function 'kvcache_plugin_entry' (not a kvcache plugin)"));
   EXPECT_EQ(reasons.at("kvcache-test-abi-mismatch.so"),
-            "ABI major mismatch: plugin is built for ABI 99.0, this host implements ABI 1.1");
+            "ABI major mismatch: plugin is built for ABI 99.0, this host implements ABI " +
+                std::to_string(KVC_ABI_MAJOR) + "." + std::to_string(KVC_ABI_MINOR));
   EXPECT_EQ(reasons.at("kvcache-test-entry-throws.so"),
             "entry function threw an exception: boom: plugin initialisation failed");
   EXPECT_EQ(reasons.at("kvcache-test-entry-null.so"), "entry function returned no descriptor");

@@ -140,6 +140,8 @@ class ScoredTokens final : public TokenSource {
 TEST_F(PluginRoundTrip, EvictionPlansAndTokenDetailCrossTheBoundary) {
   const auto policy = registry_->create_eviction("test-eviction", {{"min_priority", 20}});
   EXPECT_TRUE(policy->wants_scores());
+  // It does not say whether it drops tokens (the SDK's default): the host reads "not declared".
+  EXPECT_EQ(policy->drops_tokens(), std::nullopt);
   const std::vector<SequenceState> sequences{{7, 3, 1, 10, 5, 9, 10}, {8, 3, 1, 90, 2, 9, 10}};
   ScoredTokens tokens;
   const CacheState state{16, 10, 100, 0, 3, sequences, &tokens};
@@ -166,6 +168,16 @@ TEST_F(PluginRoundTrip, BackendFromAnOlderMinorVersionStillWorks) {
   EXPECT_EQ(backend->devices()[0].name, "ABI 1.0 device");
   EXPECT_FALSE(backend->memory_bandwidth_gbps(1 << 20).has_value());
   expect_error([&] { backend->create_store(StoreSpec{}); }, Code::unsupported, "makes no stores");
+}
+
+// An eviction policy built against ABI 1.1 loads and plans; whether it drops tokens (1.2) reads
+// as not declared.
+TEST_F(PluginRoundTrip, EvictionFromAnOlderMinorVersionStillWorks) {
+  const auto policy = registry_->create_eviction("test-abi-1-1");
+  EXPECT_FALSE(policy->wants_scores());
+  EXPECT_EQ(policy->drops_tokens(), std::nullopt);
+  const std::vector<SequenceState> sequences{{7, 3, 1, 10, 5, 9, 10}};
+  EXPECT_TRUE(policy->on_pressure({16, 10, 100, 0, 0, sequences, nullptr}, 1).empty());
 }
 
 TEST_F(PluginRoundTrip, BackendDevicesAndAvailability) {

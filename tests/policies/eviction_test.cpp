@@ -42,6 +42,7 @@ CacheState state_of(const std::vector<SequenceState>& sequences,
 TEST(Eviction, OldestFirstPreemptsByCreationUntilEnoughPages) {
   const auto p = registry().create_eviction("oldest-first");
   EXPECT_FALSE(p->wants_scores());
+  EXPECT_EQ(p->drops_tokens(), false);  // only preempts: fine with kivi-k
   EXPECT_TRUE(p->after_step(state_of(kFour)).empty());
   EXPECT_THAT(p->on_pressure(state_of(kFour), 5).preempt, ElementsAre(3));     // 5 pages
   EXPECT_THAT(p->on_pressure(state_of(kFour), 6).preempt, ElementsAre(3, 2));  // 5 + 2
@@ -80,6 +81,7 @@ TEST(Eviction, HeavyHitterKeepsSinksRecentAndTheHeaviest) {
   const auto p =
       registry().create_eviction("heavy-hitter", {{"budget", 8}, {"sinks", 2}, {"recent", 3}});
   EXPECT_TRUE(p->wants_scores());
+  EXPECT_EQ(p->drops_tokens(), true);
   Tokens tokens;
   std::vector<Position> positions;
   std::vector<float> scores;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -61,6 +62,10 @@ class EvictionPolicy {
   virtual ~EvictionPolicy() = default;
   // Whether attention should accumulate per-token scores for this policy (H2O).
   virtual bool wants_scores() const = 0;
+  // Whether its plans may drop token ranges (StreamingLLM, H2O), not only preempt sequences or
+  // free cached pages; nullopt: not declared (so not checked against the storage formats, which
+  // may not allow it: kivi-k's scales span groups of tokens).
+  virtual std::optional<bool> drops_tokens() const { return std::nullopt; }
   // Proactive, after each step: StreamingLLM windows, H2O budgets.
   virtual EvictionPlan after_step(const CacheState& state) = 0;
   // A reserve needs `pages_needed` more free pages than there are.

@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 #define KVC_ABI_MAJOR 1
-#define KVC_ABI_MINOR 1
+#define KVC_ABI_MINOR 2
 #define KVC_ENTRY_SYMBOL "kvcache_plugin_entry"
 
 /* ---- status ------------------------------------------------------------------------------- */
@@ -221,6 +221,11 @@ typedef struct kvc_eviction_table {
   /* A reserve needs pages_needed more free pages than there are. */
   int32_t (*on_pressure)(void* instance, const kvc_cache_state* state, uint64_t pages_needed,
                          kvc_plan_builder* plan, kvc_error* err);
+  /* ABI 1.2 (a 1.1 table ends before it; NULL is allowed): whether the plans may drop token
+     ranges, not only preempt sequences or free cached pages: *out 1 if they may, 0 if never.
+     KVC_UNSUPPORTED: the policy does not say. Formats whose scales span groups of tokens
+     (kivi-k) cannot drop tokens, so a config pairing them with such a policy is refused. */
+  int32_t (*drops_tokens)(void* instance, uint32_t* out, kvc_error* err);
 } kvc_eviction_table;
 
 /* ---- cache stores ------------------------------------------------------------------------- */

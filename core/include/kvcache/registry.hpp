@@ -98,4 +98,10 @@ class KVCACHE_API Registry {
 KVCACHE_API std::vector<Diagnostic> check_components(const Config& config,
                                                      const Registry& registry);
 
+// Why the config's eviction policy (made from it) cannot run with its K or V format, or empty:
+// a policy that drops tokens one by one against a format whose scales span groups of tokens
+// (per channel, as kivi-k keys). Throws what creating the quantizers throws.
+KVCACHE_API std::string token_drop_conflict(const Config& config, const Registry& registry,
+                                            const EvictionPolicy& policy);
+
 }  // namespace kvcache

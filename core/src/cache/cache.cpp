@@ -191,6 +191,12 @@ std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const R
                 "no backend of the preference list is available here (" + why + ")");
   if (!why.empty()) spdlog::info("backend {} chosen; before it: {}", impl->backend_name, why);
 
+  // The policy first: a conflict with the formats is refused before any memory is taken.
+  if (config.eviction.name != "none") {
+    impl->policy = registry->create_eviction(config.eviction.name, config.eviction.options);
+    const std::string conflict = token_drop_conflict(config, *registry, *impl->policy);
+    if (!conflict.empty()) throw Error(Code::invalid_argument, conflict);
+  }
   const StoreSpec spec = store_spec(config);
   impl->model = config.model;
   impl->page_size = config.cache.page_size;
@@ -198,8 +204,6 @@ std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const R
   impl->store = impl->backend->create_store(spec);
   impl->attention = impl->backend->create_attention();
   impl->mask = registry->create_mask(config.mask.name, config.mask.options);
-  if (config.eviction.name != "none")
-    impl->policy = registry->create_eviction(config.eviction.name, config.eviction.options);
   return std::unique_ptr<Cache>(new Cache(std::move(impl)));
 }
 

@@ -1,4 +1,5 @@
 #include <string>
+#include <utility>
 
 #include "kvcache/config.hpp"
 #include "kvcache/nearest_name.hpp"
@@ -54,6 +55,7 @@ std::vector<Diagnostic> check_components(const Config& config, const Registry& r
   const bool same_choice = config.v_quantizer.name == config.k_quantizer.name &&
                            config.v_quantizer.options == config.k_quantizer.options;
   if (!same_choice) check_choice(config.v_quantizer, "quantizer.v", quantizer, out);
+  const bool quantizers_ok = out.empty() || out.back().severity != Diagnostic::Severity::error;
   check_choice(
       config.mask, "mask", [&](const auto&... a) { registry.create_mask(a...); }, out);
   if (config.eviction.name == "none") {
@@ -70,11 +72,30 @@ std::vector<Diagnostic> check_components(const Config& config, const Registry& r
             throw Error(Code::not_found,
                         "unknown eviction '" + name + "'" + did_you_mean(name, known));
           }
-          registry.create_eviction(name, options);
+          const auto policy = registry.create_eviction(name, options);
+          if (!quantizers_ok) return;
+          if (const std::string why = token_drop_conflict(config, registry, *policy); !why.empty())
+            throw Error(Code::invalid_argument, why);
         },
         out);
   }
   return out;
+}
+
+std::string token_drop_conflict(const Config& config, const Registry& registry,
+                                const EvictionPolicy& policy) {
+  if (policy.drops_tokens() != true) return {};
+  for (const auto& [key, choice] : {std::pair{"quantizer.k", &config.k_quantizer},
+                                    std::pair{"quantizer.v", &config.v_quantizer}}) {
+    const StorageFormat f = registry.create_quantizer(choice->name, choice->options)
+                                ->describe(config.model.head_dim, config.cache.page_size);
+    if (f.granularity == Granularity::channel)
+      return "eviction '" + config.eviction.name + "' drops tokens one by one, which " + key + " " +
+             choice->name + " (scales over groups of " + std::to_string(f.group_size) +
+             " tokens) cannot store; choose a per-token format there or an eviction that only "
+             "preempts (such as oldest-first, lru or priority)";
+  }
+  return {};
 }
 
 }  // namespace kvcache

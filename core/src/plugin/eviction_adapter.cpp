@@ -1,8 +1,10 @@
 #include "kvcache/eviction.hpp"
 
+#include <cstddef>
 #include <cstdio>
 #include <exception>
 #include <new>
+#include <optional>
 #include <vector>
 
 #include "plugin/adapters.hpp"
@@ -62,9 +64,11 @@ class HostEviction final : public EvictionPolicy {
     uint32_t wants = 0;
     instance_->call(&kvc_eviction_table::wants_scores, &wants);
     wants_scores_ = wants != 0;
+    drops_tokens_ = ask_drops_tokens();
   }
 
   bool wants_scores() const override { return wants_scores_; }
+  std::optional<bool> drops_tokens() const override { return drops_tokens_; }
 
   EvictionPlan after_step(const CacheState& state) override {
     return decide(state, [&](const kvc_cache_state* c, kvc_plan_builder* b) {
@@ -96,8 +100,23 @@ class HostEviction final : public EvictionPolicy {
     return std::move(exchange.plan);
   }
 
+  // Not declared: an ABI 1.1 table, a null entry, or KVC_UNSUPPORTED.
+  std::optional<bool> ask_drops_tokens() const {
+    const kvc_eviction_table& t = instance_->table();
+    if (t.struct_size < offsetof(kvc_eviction_table, drops_tokens) + sizeof(t.drops_tokens) ||
+        t.drops_tokens == nullptr)
+      return std::nullopt;
+    uint32_t drops = 0;
+    kvc_error err{sizeof(kvc_error), KVC_OK, {}};
+    const int32_t rc = t.drops_tokens(instance_->handle(), &drops, &err);
+    if (rc == KVC_UNSUPPORTED) return std::nullopt;
+    throw_if_failed(rc, err, instance_->who());
+    return drops != 0;
+  }
+
   std::unique_ptr<PluginInstance<kvc_eviction_table>> instance_;
   bool wants_scores_ = false;
+  std::optional<bool> drops_tokens_;
 };
 
 }  // namespace

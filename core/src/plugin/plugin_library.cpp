@@ -67,8 +67,8 @@ std::size_t minimum_table_size(std::uint32_t kind) {
       return sizeof(kvc_quantizer_table);
     case KVC_KIND_MASK:
       return sizeof(kvc_mask_table);
-    case KVC_KIND_EVICTION:
-      return sizeof(kvc_eviction_table);
+    case KVC_KIND_EVICTION:  // ABI 1.1 ended before drops_tokens
+      return offsetof(kvc_eviction_table, drops_tokens);
     default:
       return 0;
   }

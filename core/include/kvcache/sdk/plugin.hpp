@@ -199,6 +199,13 @@ struct EvictionThunks {
   static int32_t wants_scores(void* instance, uint32_t* out, kvc_error* err) noexcept {
     return guard(err, [&] { *out = self<T>(instance).wants_scores() ? 1u : 0u; });
   }
+  static int32_t drops_tokens(void* instance, uint32_t* out, kvc_error* err) noexcept {
+    return guard(err, [&] {
+      const std::optional<bool> drops = self<T>(instance).drops_tokens();
+      if (!drops) throw Error(Code::unsupported, "the policy does not say whether it drops tokens");
+      *out = *drops ? 1u : 0u;
+    });
+  }
   static int32_t after_step(void* instance, const kvc_cache_state* state, kvc_plan_builder* plan,
                             kvc_error* err) noexcept {
     return decide(state, plan, err,
@@ -215,7 +222,8 @@ struct EvictionThunks {
                                             &destroy<T>,
                                             &wants_scores,
                                             &after_step,
-                                            &on_pressure};
+                                            &on_pressure,
+                                            &drops_tokens};
 };
 
 // ---- backends ----
