@@ -84,7 +84,7 @@ struct QuantizedQuery {
   std::vector<std::int8_t> codes;  // [group][dim]
   std::vector<float> part_steps;   // [group][dim / 32]: the step of the part's chunk
   std::vector<float> part_sums;    // [group][dim / 32]: step x the part's code sum (x 128: int8)
-  // AVX2 (int16 pairs): codes widened, in element order for int8 keys, for int4 keys each group
+  // AVX2 (int16 pairs): codes widened, in element order for int8 keys, for int4 keys each part
   // of 32 as its even elements then its odd ones. The kernels sum products per part of 32
   // elements (within an int4 group) for 8 (head, key) pairs at a time, lane i for head i / (8 /
   // group).

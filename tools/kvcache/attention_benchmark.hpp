@@ -26,7 +26,7 @@ struct AttentionBenchOptions {
   std::uint32_t kv_heads = 8;
   std::uint32_t head_dim = 128;
   std::uint32_t page_size = 16;
-  MaskChoice mask{"causal", nlohmann::json::object()};
+  ComponentChoice mask{.name = "causal"};
   int threads = 0;  // 0: all
   double min_seconds = 1.0;
 };

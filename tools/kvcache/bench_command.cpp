@@ -138,7 +138,7 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
   attention->callback([&globals, f] {
     AttentionBenchOptions& o = f->options;
     if (!f->format.empty()) f->k_format = f->v_format = f->format;
-    FormatChoice k = parse_format_spec(f->k_format), v = parse_format_spec(f->v_format);
+    ComponentChoice k = parse_format_spec(f->k_format), v = parse_format_spec(f->v_format);
     o.k_format = std::move(k.name);
     o.k_options = std::move(k.options);
     o.v_format = std::move(v.name);

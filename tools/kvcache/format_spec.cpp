@@ -7,9 +7,9 @@
 
 namespace kvcache::tool {
 
-FormatChoice parse_format_spec(std::string_view spec) {
+ComponentChoice parse_format_spec(std::string_view spec) {
   const std::size_t colon = spec.find(':');
-  FormatChoice choice{std::string(spec.substr(0, colon))};
+  ComponentChoice choice{.name = std::string(spec.substr(0, colon))};
   const auto fail = [&](const std::string& why) {
     throw Error(Code::invalid_argument, "format spec '" + std::string(spec) + "': " + why +
                                             " (expected NAME or NAME:KEY=VALUE[,KEY=VALUE])");

@@ -6,17 +6,13 @@
 #include <string>
 #include <string_view>
 
-#include <nlohmann/json.hpp>
+#include "kvcache/config.hpp"
 
 namespace kvcache::tool {
 
-struct FormatChoice {
-  std::string name;
-  nlohmann::json options = nlohmann::json::object();
-};
-
-// Integer values become numbers, true/false booleans, anything else a string; the format itself
-// checks its options. Throws Error(invalid_argument) naming the expected form.
-FormatChoice parse_format_spec(std::string_view spec);
+// The format as a config's quantizer entry names it (no source locations). Integer values become
+// numbers, true/false booleans, anything else a string; the format itself checks its options.
+// Throws Error(invalid_argument) naming the expected form.
+ComponentChoice parse_format_spec(std::string_view spec);
 
 }  // namespace kvcache::tool

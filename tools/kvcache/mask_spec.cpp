@@ -19,7 +19,7 @@ std::int64_t number(std::string_view text, std::string_view spec) {
 
 }  // namespace
 
-MaskChoice parse_mask_spec(std::string_view spec) {
+ComponentChoice parse_mask_spec(std::string_view spec) {
   std::vector<std::string_view> parts;
   for (std::size_t start = 0;;) {
     const std::size_t colon = spec.find(':', start);

@@ -5,16 +5,12 @@
 #include <string>
 #include <string_view>
 
-#include <nlohmann/json.hpp>
+#include "kvcache/config.hpp"
 
 namespace kvcache::tool {
 
-struct MaskChoice {
-  std::string name;
-  nlohmann::json options = nlohmann::json::object();
-};
-
-// Throws Error(invalid_argument) naming the expected form.
-MaskChoice parse_mask_spec(std::string_view spec);
+// The mask as a config names it (no source locations). Throws Error(invalid_argument) naming the
+// expected form.
+ComponentChoice parse_mask_spec(std::string_view spec);
 
 }  // namespace kvcache::tool

@@ -171,8 +171,7 @@ void run_attention(const Globals& globals, const AttentionFlags& f) {
   config.v_quantizer = {.name = f.v_format};
   const std::uint64_t pages = static_cast<std::uint64_t>(kv_len) / f.page_size + 2;
   config.cache.capacity_bytes = pages * page_cost(store_spec(config));
-  const MaskChoice mask = parse_mask_spec(f.mask);
-  config.mask = {.name = mask.name, .options = mask.options};
+  config.mask = parse_mask_spec(f.mask);
   config.eviction = {.name = "none"};
   const auto registry = Registry::load(config.plugins);
   const auto cache = Cache::open(config, registry);
