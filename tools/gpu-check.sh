@@ -6,15 +6,18 @@
 #   CUDA_ARCHS="80;90" tools/gpu-check.sh
 #   QUICK=1 tools/gpu-check.sh            # fewer benchmark shapes
 #   SKIP_BUILD=1 BUILD_DIR=build tools/gpu-check.sh   # a tree built elsewhere (no compilers here)
+#   SANITIZE=1 tools/gpu-check.sh         # also run a slice of the suites under compute-sanitizer
 #
 # Prints the device, the conformance result (the suite must run on cuda, not skip) and a table of
 # decode attention for Llama-3-8B shapes: GB/s of KV read as a fraction of the device's bandwidth
-# measured in the same run (a device-to-device copy). JSON lines go to $OUT/gpu-check.jsonl when
-# OUT is set, else to the build tree. Exit status: 0 all passed, 1 a failure, 2 no usable GPU.
+# measured in the same run (a device-to-device copy), then the main job (`kvcache bench`, whose
+# default backend list puts cuda first). JSON lines and the suites' logs go to $OUT when it is set,
+# else to the build tree. Exit status: 0 all passed, 1 a failure, 2 no usable GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build=${BUILD_DIR:-build-gpu}
+logs=${OUT:-$build}
 archs=${CUDA_ARCHS:-90}
 jobs=$(nproc)
 start=$(date +%s)
@@ -51,20 +54,20 @@ fi
 step "conformance on cuda"
 status=0
 for suite in store_conformance_test attention_conformance_test; do
-  log="$build/gpu-check-$suite.log"
+  log="$logs/gpu-check-$suite.log"
   if "$build/bin/$suite" --gtest_filter='*cuda*:AttentionOutputs.*' --gtest_brief=1 >"$log" 2>&1; then
     echo "$suite: $(grep -E '^\[  PASSED  \]' "$log")"
   else
     echo "$suite FAILED:"
-    grep -E 'FAILED|Failure' "$log" | head -20
+    grep -E 'FAILED|Failure|what()' "$log" | head -20 || true
     status=1
   fi
 done
 
 step "decode attention benchmarks (Llama-3-8B: 32 q heads, 8 KV heads, head_dim 128, page 16)"
-results=${OUT:-$build}/gpu-check.jsonl
+results=$logs/gpu-check.jsonl
 : >"$results"
-formats=(fp16 bf16 int8-per-token fp8-e4m3)
+formats=(fp16 bf16 int8-per-token fp8-e4m3 int4-group)
 tokens=(4096 8192 32768)
 batches=(1 8 32)
 if [[ -n ${QUICK:-} ]]; then
@@ -87,6 +90,27 @@ for f in "${formats[@]}"; do
   done
 done
 echo "JSON lines: $results"
+
+step "main job on cuda (kvcache bench, embedded default config)"
+if ! "$build/bin/kvcache" bench 2>&1 | tail -12; then
+  echo "main job FAILED"
+  status=1
+fi
+
+if [[ -n ${SANITIZE:-} ]]; then
+  step "compute-sanitizer (memcheck, racecheck) on a slice of the suites"
+  for tool in memcheck racecheck; do
+    if timeout 100 compute-sanitizer --tool "$tool" --error-exitcode 3 "$build/bin/attention_conformance_test" \
+      --gtest_filter='*/cuda_*_q8kv2_p16' --gtest_brief=1 \
+      >"$logs/gpu-check-$tool.log" 2>&1; then
+      echo "$tool: clean ($(grep -E '^\[  PASSED  \]' "$logs/gpu-check-$tool.log"))"
+    else
+      echo "$tool FAILED:"
+      grep -E 'ERROR SUMMARY|Invalid|Race|FAILED' "$logs/gpu-check-$tool.log" | head -10 || true
+      status=1
+    fi
+  done
+fi
 
 step "done (status $status)"
 exit "$status"
