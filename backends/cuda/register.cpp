@@ -5,4 +5,5 @@
 
 KVCACHE_PLUGIN("cuda", "0.1.0",
                kvcache::sdk::component<kvcache::gpu::GpuBackend>(
-                   "cuda", "0.1.0", {kvcache::format_names(), {}, {}, "cuda"}))
+                   "cuda", "0.1.0",
+                   {kvcache::format_names(), kvcache::gpu::supported_head_dims(), {}, "cuda"}))

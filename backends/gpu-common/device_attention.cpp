@@ -86,16 +86,17 @@ void DeviceAttention::run(CacheStore& base, const AttentionRequest& r, bool pref
     max_visible = std::max(max_visible, n);
   }
 
-  // Work items: enough to fill every multiprocessor a few times over, none under 256 slots.
+  // Work items: enough for several waves of blocks on every multiprocessor (so the last wave's
+  // idle tail is short), none under kItemSlots slots.
   const std::uint32_t head_chunks = (group + kMaxItemHeads - 1) / kMaxItemHeads;
   const std::uint64_t pairs = plan.queries * kv_heads * head_chunks;
-  const std::uint64_t target = 4ull * processors_;
+  const std::uint64_t target = 16ull * processors_;
   const std::uint64_t splits = pairs >= target ? 1 : (target + pairs - 1) / pairs;
   std::vector<WorkItem> items;
   std::vector<std::uint32_t> first_item;
   for (std::uint64_t i = 0; i < plan.queries; ++i) {
     const std::uint64_t n = plan.visible_slots(i);
-    const std::uint64_t chunk = std::max<std::uint64_t>(256, (n + splits - 1) / splits);
+    const std::uint64_t chunk = std::max<std::uint64_t>(kItemSlots, (n + splits - 1) / splits);
     for (std::uint32_t h = 0; h < kv_heads; ++h) {
       first_item.push_back(static_cast<std::uint32_t>(items.size()));
       for (std::uint32_t head0 = 0; head0 < group; head0 += kMaxItemHeads)
@@ -154,7 +155,7 @@ void DeviceAttention::run(CacheStore& base, const AttentionRequest& r, bool pref
     a.residual = reinterpret_cast<const std::uint16_t*>(at(residual_at));
     a.residual_offset = reinterpret_cast<const std::uint64_t*>(at(residual_offset_at));
   }
-  launch_attend(a, stream.get());
+  launch_attend(a, std::min(group, kMaxItemHeads), stream.get());
 
   MergeArgs m;
   m.queries = static_cast<std::uint32_t>(plan.queries);

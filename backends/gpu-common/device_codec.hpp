@@ -36,6 +36,8 @@ struct DeviceFormat {
   std::uint32_t slot_meta_bytes = 0;
   std::uint64_t code_bytes = 0;  // all slots' codes; the meta follows
   std::uint64_t tile_bytes = 0;
+  std::uint64_t tile_stride =
+      0;  // tile_bytes rounded up to 16: tiles start on vector loads' boundary
 };
 
 KVC_HD std::uint32_t float_bits(float x) {

@@ -30,10 +30,15 @@ constexpr bool host_type(DLDeviceType t) {
 
 DeviceFormat format_on_device(const std::string& name, const nlohmann::json& options,
                               std::uint32_t head_dim, std::uint32_t page_size) {
-  if (head_dim > kMaxHeadDim)
+  if (head_dim > kMaxHeadDim || head_dim % kHeadDimStep != 0)
     throw Error(Code::unsupported, std::string(kVendor) + " backend: head_dim " +
-                                       std::to_string(head_dim) + " exceeds " +
+                                       std::to_string(head_dim) + " is not a multiple of " +
+                                       std::to_string(kHeadDimStep) + " up to " +
                                        std::to_string(kMaxHeadDim));
+  if (page_size > kMaxPageSize)
+    throw Error(Code::unsupported, std::string(kVendor) + " backend: page_size " +
+                                       std::to_string(page_size) + " exceeds " +
+                                       std::to_string(kMaxPageSize));
   return device_format(parse_format(name, options), head_dim, page_size, kVendor);
 }
 
@@ -99,8 +104,8 @@ DeviceStore::DeviceStore(const StoreSpec& spec, int device)
   pools_.k = format_on_device(spec.k_format, spec.k_options, m.head_dim, spec.page_size);
   pools_.v = format_on_device(spec.v_format, spec.v_options, m.head_dim, spec.page_size);
   const std::uint64_t pages = book_.total_pages();
-  pools_.k_pool_bytes = pages * m.kv_heads * pools_.k.tile_bytes;
-  pools_.layer_stride = pools_.k_pool_bytes + pages * m.kv_heads * pools_.v.tile_bytes;
+  pools_.k_pool_bytes = pages * m.kv_heads * pools_.k.tile_stride;
+  pools_.layer_stride = pools_.k_pool_bytes + pages * m.kv_heads * pools_.v.tile_stride;
   const std::uint64_t total = pools_.layer_stride * m.layers;
   pools_.pools = static_cast<std::uint8_t*>(memory_.reserve(total));
   stream_.fill(pools_.pools, spec.poison_unused ? 0xFF : 0, total);
@@ -323,7 +328,7 @@ void DeviceStore::copy_page(paging::PageId from, paging::PageId to) {
   for (std::uint32_t layer = 0; layer < book_.spec().model.layers; ++layer) {
     for (const bool value : {false, true}) {
       // A page's tiles of one layer and side are adjacent: [page][kv_head].
-      const std::uint64_t bytes = pools_.kv_heads * (value ? pools_.v : pools_.k).tile_bytes;
+      const std::uint64_t bytes = pools_.kv_heads * (value ? pools_.v : pools_.k).tile_stride;
       stream_.copy(pools_.tile(layer, to, 0, value), pools_.tile(layer, from, 0, value), bytes);
     }
   }

@@ -8,8 +8,15 @@
 #include "device_attention.hpp"
 #include "device_store.hpp"
 #include "gpu_runtime.hpp"
+#include "kernels.hpp"
 
 namespace kvcache::gpu {
+
+std::vector<std::uint32_t> supported_head_dims() {
+  std::vector<std::uint32_t> dims;
+  for (std::uint32_t d = kHeadDimStep; d <= kMaxHeadDim; d += kHeadDimStep) dims.push_back(d);
+  return dims;
+}
 
 GpuBackend::GpuBackend(const sdk::Options& options) {
   options.only({"device"});

@@ -2,11 +2,18 @@
 // (the runtime's own reason when not), and its stores and attention on one chosen device.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "kvcache/backend.hpp"
 #include "kvcache/sdk/options.hpp"
 #include "kvcache/sdk/plugin.hpp"
 
 namespace kvcache::gpu {
+
+// The head dimensions the kernels read (multiples of kHeadDimStep up to kMaxHeadDim), as the
+// plugin declares them.
+std::vector<std::uint32_t> supported_head_dims();
 
 class GpuBackend final : public Backend {
  public:

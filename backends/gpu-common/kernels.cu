@@ -3,18 +3,27 @@
 // and the warp shuffle, whose width is fixed at 32 lanes: NVIDIA warps, and the halves of an AMD
 // wave64 (or a whole wave32), behave the same.
 #if defined(__HIPCC__)
+#include <hip/hip_fp16.h>
 #include <hip/hip_runtime.h>
+#define KVC_SHFL(v, lane) __shfl((v), (lane), 32)
 #define KVC_SHFL_XOR(v, mask) __shfl_xor((v), (mask), 32)
 #define KVC_LAUNCH(kernel, grid, block, stream) kernel<<<(grid), (block), 0, (stream)>>>
 #define KVC_UNROLL _Pragma("unroll")
+#define KVC_INLINE __device__ __forceinline__
 #elif defined(__CUDACC__)
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
+#define KVC_SHFL(v, lane) __shfl_sync(0xFFFFFFFFu, (v), (lane), 32)
 #define KVC_SHFL_XOR(v, mask) __shfl_xor_sync(0xFFFFFFFFu, (v), (mask), 32)
 #define KVC_LAUNCH(kernel, grid, block, stream) kernel<<<(grid), (block), 0, (stream)>>>
 #define KVC_UNROLL _Pragma("unroll")
+#define KVC_INLINE __device__ __forceinline__
 #else
 #include "emulated_device.hpp"
 #define KVC_UNROLL
+#define KVC_INLINE inline
+#define KVC_SHFL(v, lane) ::kvcache::gpu::emu::shfl((v), (lane))
 #define KVC_SHFL_XOR(v, mask) ::kvcache::gpu::emu::shfl_xor((v), (mask))
 #define KVC_LAUNCH(kernel, grid, block, stream) \
   ::kvcache::gpu::emu::launch((grid), (block), (stream), kernel)
@@ -26,8 +35,6 @@ namespace kvcache::gpu {
 namespace {
 
 constexpr std::uint32_t kWarp = 32;
-constexpr std::uint32_t kAttendWarps = 4;
-constexpr std::uint32_t kTokens = 4;  // visible slots a warp loads before it computes
 
 void check_launch(const char* kernel) {
   check(GPU(GetLastError)(), kernel);
@@ -178,6 +185,182 @@ __global__ void move_kernel(SlotMoveArgs a, std::uint64_t bytes, bool gather) {
 }
 
 // ---- attention ----
+//
+// A work item is read by one block of kAttendWarps warps, each taking tiles of 32 visible slots
+// (one per lane). A K or V row is read by a row's worth of lanes, each loading a chunk of kChunk
+// elements with one vector load, so a warp reads 32 / row_lanes rows at a time, and keeps
+// kUnroll such loads in flight before it decodes; the format's scale and offset are applied once
+// per chunk. Logits of a tile go to the lane of their slot, which updates a base-2 online softmax
+// once per tile; the values are then summed with the tile's weights.
+
+constexpr std::uint32_t kAttendWarps = kItemSlots / kWarp;
+constexpr std::uint32_t kChunk = kHeadDimStep;
+// Rows in flight per lane, and blocks per multiprocessor the registers must allow (items of up to
+// 4 heads). Measured on an H200 against 2 and 3 (168 registers, no spills): 4 and 1 (198
+// registers) up to 15% slower, 4 and 3 (a few spills) up to 15% faster at fp16 and even at int8,
+// 2 and 4 (128 registers, spills) mixed: the kernel is bound by its instructions, not these.
+constexpr std::uint32_t kUnroll = 2;
+constexpr std::uint32_t kMinBlocks = 3;
+
+// Where a lane's slot of the tile is: its page (kNoPage past the item's end), and in one word its
+// slot within the page and whether its K or V row still waits in the residual rows.
+constexpr std::uint32_t kNoPage = 0xFFFFFFFFu;
+constexpr std::uint32_t kInPage = kMaxPageSize - 1, kHeldK = kMaxPageSize, kHeldV = kHeldK << 1;
+
+// fp16 and fp8 with the device's conversion instructions where it has them; the same exact
+// values as the codec's portable conversions, which the emulator uses.
+__device__ void halves_to_floats(std::uint32_t w, float& lo, float& hi) {
+#if defined(__CUDACC__) || defined(__HIPCC__)
+  __half2 h;
+  std::memcpy(&h, &w, 4);
+  const float2 f = __half22float2(h);
+  lo = f.x;
+  hi = f.y;
+#else
+  lo = fp16_value(static_cast<std::uint16_t>(w));
+  hi = fp16_value(static_cast<std::uint16_t>(w >> 16));
+#endif
+}
+
+__device__ void fp8_pair_to_floats(std::uint32_t pair, float& lo, float& hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
+  halves_to_floats(std::uint32_t{h.x} | std::uint32_t{h.y} << 16, lo, hi);
+#else
+  lo = fp8_value(static_cast<std::uint8_t>(pair));
+  hi = fp8_value(static_cast<std::uint8_t>(pair >> 8));
+#endif
+}
+
+// N 32-bit words from p, aligned to 4 * N bytes, in one load.
+template <int N>
+__device__ void load_words(const std::uint8_t* p, std::uint32_t* w) {
+#if defined(__CUDACC__) || defined(__HIPCC__)
+  if constexpr (N == 4) {
+    const uint4 v = *reinterpret_cast<const uint4*>(p);
+    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+  } else if constexpr (N == 2) {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    w[0] = v.x, w[1] = v.y;
+  } else {
+    w[0] = *reinterpret_cast<const std::uint32_t*>(p);
+  }
+#else
+  std::memcpy(w, p, 4 * N);
+#endif
+}
+
+// A chunk of a row as loaded: up to 16 bytes of codes and one word of metadata (the token's
+// scale for int8 and fp8, the group's scale and minimum for int4). fp32's second 16 bytes are
+// read when decoding: registers for them would cost every format occupancy.
+struct RawChunk {
+  std::uint32_t w[4];
+  std::uint32_t meta;
+};
+
+// A row's place: its tile, its slot in it, and its fp16 row when it waits in the residual.
+struct RowAt {
+  const std::uint8_t* tile;
+  std::uint32_t slot;
+  const std::uint16_t* held;
+};
+
+// Issues the loads of chunk c of a row (kivi-k's per-channel metadata is read when decoding).
+// `kind` is f.kind, or the same known at compile time: then only its case is compiled.
+KVC_INLINE void load_chunk(std::uint32_t kind, const DeviceFormat& f, const RowAt& at,
+                           std::uint32_t c, RawChunk& raw) {
+  if (at.held != nullptr) {
+    load_words<4>(reinterpret_cast<const std::uint8_t*>(at.held + kChunk * c), raw.w);
+    return;
+  }
+  const std::uint8_t* codes = at.tile + std::size_t{at.slot} * f.slot_code_bytes;
+  const std::uint8_t* meta = at.tile + f.code_bytes + std::size_t{at.slot} * f.slot_meta_bytes;
+  switch (kind) {
+    case kFp32:
+      load_words<4>(codes + 32 * c, raw.w);
+      return;
+    case kFp16:
+    case kBf16:
+      load_words<4>(codes + 16 * c, raw.w);
+      return;
+    case kFp8E4M3:
+    case kInt8PerToken:
+      load_words<2>(codes + 8 * c, raw.w);
+      load_words<1>(meta, &raw.meta);
+      return;
+    case kInt4Group:
+      load_words<1>(codes + 4 * c, raw.w);
+      load_words<1>(meta + kChunk * c / f.group * 4, &raw.meta);
+      return;
+    default:  // kivi-k: 4 or 2 bits per element
+      if (f.bits == 4) {
+        load_words<1>(codes + 4 * c, raw.w);
+      } else {
+        std::uint16_t h;
+        std::memcpy(&h, codes + 2 * c, 2);
+        raw.w[0] = h;
+      }
+  }
+}
+
+// A chunk's values are x[e] * scale + bias: scale and bias are shared by the chunk, so a dot
+// product or a weighted sum applies them once.
+struct Chunk {
+  float x[kChunk];
+  float scale = 1.0f, bias = 0.0f;
+};
+
+KVC_INLINE void decode_chunk(std::uint32_t kind, const DeviceFormat& f, const RowAt& at,
+                             const RawChunk& raw, std::uint32_t c, std::uint32_t dim, Chunk& out) {
+  if (at.held != nullptr || kind == kFp16) {
+    for (std::uint32_t i = 0; i < kChunk / 2; ++i)
+      halves_to_floats(raw.w[i], out.x[2 * i], out.x[2 * i + 1]);
+    return;
+  }
+  switch (kind) {
+    case kFp32: {
+      std::uint32_t high[4];
+      load_words<4>(at.tile + std::size_t{at.slot} * f.slot_code_bytes + 32 * c + 16, high);
+      for (std::uint32_t e = 0; e < kChunk; ++e)
+        out.x[e] = bits_float(e < 4 ? raw.w[e] : high[e - 4]);
+      return;
+    }
+    case kBf16:
+      for (std::uint32_t i = 0; i < kChunk / 2; ++i) {
+        out.x[2 * i] = bits_float(raw.w[i] << 16);
+        out.x[2 * i + 1] = bits_float(raw.w[i] & 0xFFFF0000u);
+      }
+      return;
+    case kFp8E4M3:
+      out.scale = bits_float(raw.meta);
+      for (std::uint32_t i = 0; i < kChunk / 2; ++i)
+        fp8_pair_to_floats(raw.w[i / 2] >> (16 * (i % 2)), out.x[2 * i], out.x[2 * i + 1]);
+      return;
+    case kInt8PerToken:
+      out.scale = bits_float(raw.meta);
+      for (std::uint32_t e = 0; e < kChunk; ++e)
+        out.x[e] = static_cast<float>(static_cast<std::int8_t>(raw.w[e / 4] >> (8 * (e % 4))));
+      return;
+    case kInt4Group:
+      halves_to_floats(raw.meta, out.scale, out.bias);
+      for (std::uint32_t e = 0; e < kChunk; ++e)
+        out.x[e] = static_cast<float>((raw.w[0] >> (4 * e)) & 0xFu);
+      return;
+    default: {  // kivi-k: per channel, a scale and minimum shared by the slot's token group
+      const std::uint8_t* meta =
+          at.tile + f.code_bytes + std::size_t{at.slot / f.group} * dim * 4 + 4 * kChunk * c;
+      const std::uint32_t mask = (1u << f.bits) - 1;
+      for (std::uint32_t e = 0; e < kChunk; ++e) {
+        std::uint32_t word;
+        load_words<1>(meta + 4 * e, &word);
+        float scale, minimum;
+        halves_to_floats(word, scale, minimum);
+        out.x[e] = static_cast<float>((raw.w[0] >> (f.bits * e)) & mask) * scale + minimum;
+      }
+    }
+  }
+}
 
 // The slot of a query's j-th visible slot (spans are few: a mask answers at most a handful).
 __device__ std::uint64_t visible_slot(const std::uint64_t* spans, std::uint32_t begin,
@@ -191,105 +374,221 @@ __device__ std::uint64_t visible_slot(const std::uint64_t* spans, std::uint32_t 
 }
 
 __device__ float warp_sum(float x) {
-  for (int mask = kWarp / 2; mask > 0; mask /= 2) x += KVC_SHFL_XOR(x, mask);
+  for (std::uint32_t mask = kWarp / 2; mask > 0; mask /= 2) x += KVC_SHFL_XOR(x, mask);
   return x;
+}
+
+__device__ float warp_max(float x) {
+  for (std::uint32_t mask = kWarp / 2; mask > 0; mask /= 2) {
+    const float y = KVC_SHFL_XOR(x, mask);
+    x = x > y ? x : y;
+  }
+  return x;
+}
+
+// Lanes that read one row: a power of two, at least its chunks.
+KVC_HD std::uint32_t row_lanes_for(std::uint32_t chunks) {
+  std::uint32_t lanes = 1;
+  while (lanes < chunks) lanes *= 2;
+  return lanes;
 }
 
 __device__ float weight_of(float m, float top) {
   return m == -INFINITY ? 0.0f : exp2f(m - top);
 }
 
-// One block per work item: the warps take turns over runs of kTokens visible slots, read each K
-// and V row once for all the item's query heads (lane i holds dims i, i + 32, ...), and keeps a
-// base-2 online softmax; the warps' states are combined at the end. kDims = dims per lane.
-template <int kDims>
-__global__ void __launch_bounds__(kWarp* kAttendWarps) attend_kernel(AttentionArgs a) {
-  __shared__ float qs[kMaxItemHeads][kMaxHeadDim];
-  __shared__ float warp_m[kAttendWarps][kMaxItemHeads], warp_l[kAttendWarps][kMaxItemHeads];
-  __shared__ float warp_acc[kAttendWarps][kMaxItemHeads][kWarp * kDims];
+// One block per work item; kHeads (a power of two) bounds the item's query heads. The K and V
+// kinds and the lanes per row are compile-time constants for the common shapes (kAny: read
+// from the arguments), which leaves only their arithmetic in the kernel.
+constexpr std::uint32_t kAny = ~0u;
+template <std::uint32_t kHeads, std::uint32_t kKKind, std::uint32_t kVKind, std::uint32_t kRowLanes>
+__global__ void __launch_bounds__(kWarp* kAttendWarps, kHeads <= 4 ? kMinBlocks : 1)
+    attend_kernel(AttentionArgs a) {
+  __shared__ float warp_m[kAttendWarps][kHeads], warp_l[kAttendWarps][kHeads];
+  __shared__ float warp_acc[kAttendWarps][kHeads][kMaxHeadDim];
   const WorkItem it = a.items[blockIdx.x];
-  const std::uint32_t dim = a.pools.head_dim, group = a.q_heads / a.pools.kv_heads;
+  const DeviceFormat kf = a.pools.k, vf = a.pools.v;
+  const std::uint32_t k_kind = kKKind == kAny ? kf.kind : kKKind;
+  const std::uint32_t v_kind = kVKind == kAny ? vf.kind : kVKind;
+  const std::uint32_t dim = a.pools.head_dim, chunks = dim / kChunk;
+  const std::uint32_t row_lanes = kRowLanes == kAny ? row_lanes_for(chunks) : kRowLanes;
+  const std::uint32_t rows = kWarp / row_lanes;  // rows a warp reads at once
   const std::uint32_t warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const std::uint32_t first_head = it.kv_head * group + it.head0;
-  for (std::uint32_t i = threadIdx.x; i < it.heads * dim; i += blockDim.x)
-    qs[i / dim][i % dim] =
-        load_input(a.q, a.q_dtype, (std::uint64_t{it.query} * a.q_heads + first_head) * dim + i) *
-        a.scale;
-  for (std::uint32_t i = threadIdx.x; i < kMaxItemHeads * kMaxHeadDim; i += blockDim.x)
-    if (i / kMaxHeadDim >= it.heads || i % kMaxHeadDim >= dim)
-      qs[i / kMaxHeadDim][i % kMaxHeadDim] = 0.0f;
-  __syncthreads();
+  const std::uint32_t c = lane % row_lanes, row = lane / row_lanes;
+  const bool reads = c < chunks;
+  const std::uint32_t first_head = it.kv_head * (a.q_heads / a.pools.kv_heads) + it.head0;
 
-  float m[kMaxItemHeads], l[kMaxItemHeads], acc[kMaxItemHeads][kDims];
+  float q[kHeads][kChunk], q_sum[kHeads];
   KVC_UNROLL
-  for (std::uint32_t g = 0; g < kMaxItemHeads; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-    for (int t = 0; t < kDims; ++t) acc[g][t] = 0.0f;
+  for (std::uint32_t g = 0; g < kHeads; ++g) {
+    q_sum[g] = 0.0f;
+    for (std::uint32_t e = 0; e < kChunk; ++e) {
+      q[g][e] = g < it.heads && reads
+                    ? load_input(a.q, a.q_dtype,
+                                 (std::uint64_t{it.query} * a.q_heads + first_head + g) * dim +
+                                     kChunk * c + e) *
+                          a.scale
+                    : 0.0f;
+      q_sum[g] += q[g][e];
+    }
   }
+
+  const std::uint8_t* k_pool = a.pools.pools + std::uint64_t{a.layer} * a.pools.layer_stride;
+  const std::uint8_t* v_pool = k_pool + a.pools.k_pool_bytes;
+  const std::uint64_t kv_head = it.kv_head;
+  const auto row_at = [&](bool value, std::uint32_t page, std::uint32_t word) {
+    const DeviceFormat& f = value ? vf : kf;
+    const std::uint32_t slot = word & kInPage;
+    const std::uint16_t* held = a.held_from == nullptr || (word & (value ? kHeldV : kHeldK)) == 0
+                                    ? nullptr
+                                    : a.residual + a.residual_offset[2 * it.query + value] +
+                                          (kv_head * f.group + slot % f.group) * dim;
+    return RowAt{(value ? v_pool : k_pool) +
+                     (std::uint64_t{page} * a.pools.kv_heads + kv_head) * f.tile_stride,
+                 slot, held};
+  };
   const std::uint32_t span_begin = a.span_offset[it.query], span_end = a.span_offset[it.query + 1];
   const std::uint32_t* pages = a.pages + a.page_offset[it.query];
+  const std::uint64_t held_k = a.held_from != nullptr ? a.held_from[2 * it.query] : ~0ull;
+  const std::uint64_t held_v = a.held_from != nullptr ? a.held_from[2 * it.query + 1] : ~0ull;
   const std::uint64_t visible =
       a.logits != nullptr ? a.logit_offset[it.query + 1] - a.logit_offset[it.query] : 0;
-  // Lane's elements of a K (side 0) or V (side 1) row: from its tile, or from the residual rows
-  // while its token group is being filled. (Rows are arrays by reference so they stay in
-  // registers.)
-  const auto load_row = [&](int side, std::uint64_t slot, std::uint32_t page, std::uint32_t in_page,
-                            float(&row)[kDims]) {
-    const DeviceFormat& f = side == 0 ? a.pools.k : a.pools.v;
-    if (a.held_from != nullptr && slot >= a.held_from[2 * it.query + side]) {
-      const std::uint16_t* held = a.residual + a.residual_offset[2 * it.query + side] +
-                                  (std::uint64_t{it.kv_head} * f.group + slot % f.group) * dim;
-      for (int t = 0; t < kDims; ++t)
-        row[t] = lane + kWarp * t < dim ? fp16_value(held[lane + kWarp * t]) : 0.0f;
-      return;
-    }
-    const SlotReader reader(f, a.pools.tile(a.layer, page, it.kv_head, side == 1), in_page);
-    for (int t = 0; t < kDims; ++t)
-      row[t] = lane + kWarp * t < dim ? reader[lane + kWarp * t] : 0.0f;
-  };
-  // Each warp takes kTokens consecutive visible slots per step and loads all of them before any
-  // arithmetic, so several rows are in flight at once (memory-level parallelism).
+
+  float m[kHeads], l[kHeads], acc[kHeads][kChunk], acc_bias[kHeads];
+  KVC_UNROLL
+  for (std::uint32_t g = 0; g < kHeads; ++g) {
+    m[g] = -INFINITY;
+    l[g] = acc_bias[g] = 0.0f;
+    for (std::uint32_t e = 0; e < kChunk; ++e) acc[g][e] = 0.0f;
+  }
   const std::uint64_t end = std::uint64_t{it.first} + it.count;
-  for (std::uint64_t j0 = it.first + std::uint64_t{warp} * kTokens; j0 < end;
-       j0 += kAttendWarps * kTokens) {
-    float kd[kTokens][kDims], vd[kTokens][kDims];
+  const std::uint32_t steps = row_lanes;  // of `rows` slots each, per tile of 32
+  // A lane's slot of a tile: where its rows are (the next tile's is looked up a tile ahead, so
+  // the page table's latency hides behind the current tile).
+  const auto locate = [&](std::uint64_t j, std::uint32_t& page, std::uint32_t& word) {
+    page = kNoPage;
+    word = 0;
+    if (j >= end) return;
+    const std::uint64_t slot = visible_slot(a.spans, span_begin, span_end, j);
+    const auto slot32 = static_cast<std::uint32_t>(slot);  // a sequence's slots fit 32 bits
+    page = pages[slot32 / a.page_size];
+    word = slot32 % a.page_size | (slot >= held_k ? kHeldK : 0u) | (slot >= held_v ? kHeldV : 0u);
+  };
+  constexpr std::uint32_t kStride = kAttendWarps * kWarp;
+  std::uint32_t next_page, next_word;
+  locate(it.first + std::uint64_t{warp} * kWarp + lane, next_page, next_word);
+  for (std::uint64_t j0 = it.first + std::uint64_t{warp} * kWarp; j0 < end; j0 += kStride) {
+    const std::uint32_t my_page = next_page, my_word = next_word;
+    locate(j0 + kStride + lane, next_page, next_word);
+
+    // Logits: step s reads slot s * rows + row of the tile, then hands each logit to its lane.
+    float logit[kHeads];
     KVC_UNROLL
-    for (std::uint32_t u = 0; u < kTokens; ++u) {
-      if (j0 + u < end) {  // (a guard, not a break: loops that may exit early are not unrolled)
-        const std::uint64_t slot = visible_slot(a.spans, span_begin, span_end, j0 + u);
-        const std::uint32_t page = pages[slot / a.page_size];
-        const auto in_page = static_cast<std::uint32_t>(slot % a.page_size);
-        load_row(0, slot, page, in_page, kd[u]);
-        load_row(1, slot, page, in_page, vd[u]);
+    for (std::uint32_t g = 0; g < kHeads; ++g) logit[g] = -INFINITY;
+    for (std::uint32_t s0 = 0; s0 < steps; s0 += kUnroll) {
+      RawChunk raw[kUnroll];
+      std::uint32_t page[kUnroll], word[kUnroll];
+      KVC_UNROLL
+      for (std::uint32_t u = 0; u < kUnroll; ++u) {
+        const std::uint32_t from = ((s0 + u) * rows + row) % kWarp;
+        page[u] = KVC_SHFL(my_page, from);
+        word[u] = KVC_SHFL(my_word, from);
+        if (s0 + u < steps && page[u] != kNoPage && reads)
+          load_chunk(k_kind, kf, row_at(false, page[u], word[u]), c, raw[u]);
+      }
+      KVC_UNROLL
+      for (std::uint32_t u = 0; u < kUnroll; ++u) {
+        float dot[kHeads];
+        KVC_UNROLL
+        for (std::uint32_t g = 0; g < kHeads; ++g) dot[g] = 0.0f;
+        if (s0 + u < steps && page[u] != kNoPage && reads) {
+          const RowAt at = row_at(false, page[u], word[u]);
+          Chunk x;
+          decode_chunk(k_kind, kf, at, raw[u], c, dim, x);
+          KVC_UNROLL
+          for (std::uint32_t g = 0; g < kHeads; ++g) {
+            float d = 0.0f;
+            for (std::uint32_t e = 0; e < kChunk; ++e) d += q[g][e] * x.x[e];
+            dot[g] = d * x.scale + q_sum[g] * x.bias;
+          }
+        }
+        KVC_UNROLL
+        for (std::uint32_t g = 0; g < kHeads; ++g) {
+          KVC_UNROLL
+          for (std::uint32_t mask = kWarp / 2; mask > 0; mask /= 2)
+            if (mask < row_lanes) dot[g] += KVC_SHFL_XOR(dot[g], mask);
+          const float mine = KVC_SHFL(dot[g], lane % rows * row_lanes);
+          if (lane / rows == s0 + u) logit[g] = mine;
+        }
       }
     }
+
+    // The tile's softmax step: m is the same in every lane, l is summed over lanes at the end.
+    float p[kHeads];
     KVC_UNROLL
-    for (std::uint32_t u = 0; u < kTokens; ++u) {
+    for (std::uint32_t g = 0; g < kHeads; ++g) {
+      if (my_page == kNoPage) logit[g] = -INFINITY;  // (its lane took a row's 0)
+      const float tile_top = warp_max(logit[g]);
+      const float top = m[g] > tile_top ? m[g] : tile_top;
+      const float shrink = weight_of(m[g], top);
+      p[g] = weight_of(logit[g], top);
+      l[g] = l[g] * shrink + p[g];
+      acc_bias[g] *= shrink;
+      for (std::uint32_t e = 0; e < kChunk; ++e) acc[g][e] *= shrink;
+      m[g] = top;
+      if (a.logits != nullptr && g < it.heads && my_page != kNoPage)
+        a.logits[a.logit_offset[it.query] * a.q_heads + (first_head + g) * visible + j0 + lane] =
+            logit[g];
+    }
+
+    // Values, weighted: the same rows in the same order.
+    for (std::uint32_t s0 = 0; s0 < steps; s0 += kUnroll) {
+      RawChunk raw[kUnroll];
+      std::uint32_t page[kUnroll], word[kUnroll];
+      float weight[kUnroll][kHeads];
       KVC_UNROLL
-      for (std::uint32_t g = 0; g < kMaxItemHeads; ++g) {
-        if (j0 + u >= end || g >= it.heads) continue;  // uniform across the warp
-        float dot = 0.0f;
-        for (int t = 0; t < kDims; ++t) dot += qs[g][lane + kWarp * t] * kd[u][t];
-        const float logit = warp_sum(dot);
-        if (a.logits != nullptr && lane == 0)
-          a.logits[a.logit_offset[it.query] * a.q_heads + (first_head + g) * visible + j0 + u] =
-              logit;
-        const float top = m[g] > logit ? m[g] : logit;
-        const float shrink = weight_of(m[g], top), p = exp2f(logit - top);
-        m[g] = top;
-        l[g] = l[g] * shrink + p;
-        for (int t = 0; t < kDims; ++t) acc[g][t] = acc[g][t] * shrink + p * vd[u][t];
+      for (std::uint32_t u = 0; u < kUnroll; ++u) {
+        const std::uint32_t from = ((s0 + u) * rows + row) % kWarp;
+        page[u] = KVC_SHFL(my_page, from);
+        word[u] = KVC_SHFL(my_word, from);
+        KVC_UNROLL
+        for (std::uint32_t g = 0; g < kHeads; ++g) weight[u][g] = KVC_SHFL(p[g], from);
+        if (s0 + u < steps && page[u] != kNoPage && reads)
+          load_chunk(v_kind, vf, row_at(true, page[u], word[u]), c, raw[u]);
+      }
+      KVC_UNROLL
+      for (std::uint32_t u = 0; u < kUnroll; ++u) {
+        if (s0 + u >= steps || page[u] == kNoPage || !reads) continue;
+        const RowAt at = row_at(true, page[u], word[u]);
+        Chunk x;
+        decode_chunk(v_kind, vf, at, raw[u], c, dim, x);
+        KVC_UNROLL
+        for (std::uint32_t g = 0; g < kHeads; ++g) {
+          const float w = weight[u][g] * x.scale;
+          for (std::uint32_t e = 0; e < kChunk; ++e) acc[g][e] += w * x.x[e];
+          acc_bias[g] += weight[u][g] * x.bias;
+        }
       }
     }
   }
+
+  // Sum the rows' shares (lanes with the same chunk), then combine the warps.
   KVC_UNROLL
-  for (std::uint32_t g = 0; g < kMaxItemHeads; ++g) {
+  for (std::uint32_t g = 0; g < kHeads; ++g) {
+    KVC_UNROLL
+    for (std::uint32_t mask = 1; mask < kWarp; mask *= 2) {
+      if (mask < row_lanes) continue;
+      acc_bias[g] += KVC_SHFL_XOR(acc_bias[g], mask);
+      for (std::uint32_t e = 0; e < kChunk; ++e) acc[g][e] += KVC_SHFL_XOR(acc[g][e], mask);
+    }
+    l[g] = warp_sum(l[g]);
+    if (row == 0 && reads)
+      for (std::uint32_t e = 0; e < kChunk; ++e)
+        warp_acc[warp][g][kChunk * c + e] = acc[g][e] + acc_bias[g];
     if (lane == 0) {
       warp_m[warp][g] = m[g];
       warp_l[warp][g] = l[g];
     }
-    for (int t = 0; t < kDims; ++t) warp_acc[warp][g][lane + kWarp * t] = acc[g][t];
   }
   __syncthreads();
   float* out = a.partial + std::uint64_t{blockIdx.x} * kMaxItemHeads * (2 + dim);
@@ -410,18 +709,50 @@ void launch_move_slots(const SlotMoveArgs& a, GPU(Stream_t) stream) {
   check_launch("slot scatter kernel");
 }
 
-void launch_attend(const AttentionArgs& a, GPU(Stream_t) stream) {
+namespace {
+
+// The kernel for kHeads: specialized when K and V share one of the common formats at head_dim 128
+// (rows of 16 lanes), else reading kinds and row lanes from the arguments.
+template <std::uint32_t kHeads>
+void launch_attend_for(const AttentionArgs& a, dim3 grid, dim3 block, GPU(Stream_t) stream) {
+  void (*kernel)(AttentionArgs) = attend_kernel<kHeads, kAny, kAny, kAny>;
+  if (a.pools.k.kind == a.pools.v.kind && a.pools.head_dim == 128) {
+    switch (a.pools.k.kind) {
+      case kFp16:
+        kernel = attend_kernel<kHeads, kFp16, kFp16, 16>;
+        break;
+      case kBf16:
+        kernel = attend_kernel<kHeads, kBf16, kBf16, 16>;
+        break;
+      case kFp8E4M3:
+        kernel = attend_kernel<kHeads, kFp8E4M3, kFp8E4M3, 16>;
+        break;
+      case kInt8PerToken:
+        kernel = attend_kernel<kHeads, kInt8PerToken, kInt8PerToken, 16>;
+        break;
+      case kInt4Group:
+        kernel = attend_kernel<kHeads, kInt4Group, kInt4Group, 16>;
+        break;
+      default:
+        break;
+    }
+  }
+  KVC_LAUNCH(kernel, grid, block, stream)(a);
+}
+
+}  // namespace
+
+void launch_attend(const AttentionArgs& a, std::uint32_t item_heads, GPU(Stream_t) stream) {
   if (a.n_items == 0) return;
-  const std::uint32_t dims = (a.pools.head_dim + kWarp - 1) / kWarp;
   const dim3 grid(a.n_items), block(kWarp * kAttendWarps);
-  if (dims <= 1)
-    KVC_LAUNCH(attend_kernel<1>, grid, block, stream)(a);
-  else if (dims <= 2)
-    KVC_LAUNCH(attend_kernel<2>, grid, block, stream)(a);
-  else if (dims <= 4)
-    KVC_LAUNCH(attend_kernel<4>, grid, block, stream)(a);
+  if (item_heads <= 1)
+    launch_attend_for<1>(a, grid, block, stream);
+  else if (item_heads <= 2)
+    launch_attend_for<2>(a, grid, block, stream);
+  else if (item_heads <= 4)
+    launch_attend_for<4>(a, grid, block, stream);
   else
-    KVC_LAUNCH(attend_kernel<8>, grid, block, stream)(a);
+    launch_attend_for<8>(a, grid, block, stream);
   check_launch("attention kernel");
 }
 

@@ -24,7 +24,7 @@ struct PoolLayout {
   KVC_HD std::uint8_t* tile(std::uint32_t layer, std::uint32_t page, std::uint32_t head,
                             bool value) const {
     return pools + layer * layer_stride + (value ? k_pool_bytes : 0) +
-           (std::uint64_t{page} * kv_heads + head) * (value ? v : k).tile_bytes;
+           (std::uint64_t{page} * kv_heads + head) * (value ? v : k).tile_stride;
   }
 };
 
@@ -107,6 +107,9 @@ struct WorkItem {
 };
 inline constexpr std::uint32_t kMaxItemHeads = 8;
 inline constexpr std::uint32_t kMaxHeadDim = 256;
+inline constexpr std::uint32_t kHeadDimStep = 8;  // lanes read rows in chunks of 8 elements
+inline constexpr std::uint32_t kItemSlots = 128;  // a work item's least slots: a tile per warp
+inline constexpr std::uint32_t kMaxPageSize = 1u << 24;  // the kernel packs slots in 24 bits
 
 struct AttentionArgs {
   PoolLayout pools;
@@ -137,7 +140,8 @@ struct AttentionArgs {
   float* logits = nullptr;
   const std::uint64_t* logit_offset = nullptr;
 };
-void launch_attend(const AttentionArgs& a, GPU(Stream_t) stream);
+// item_heads: the most query heads of any item (sizes the kernel's registers).
+void launch_attend(const AttentionArgs& a, std::uint32_t item_heads, GPU(Stream_t) stream);
 
 // Combines the partial states of each (query, q head) and writes out[query][head][dim] in
 // `out_dtype`; keeps the final max and sum per (query, head) in `final_state` for scores.

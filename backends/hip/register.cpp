@@ -5,4 +5,5 @@
 
 KVCACHE_PLUGIN("hip", "0.1.0",
                kvcache::sdk::component<kvcache::gpu::GpuBackend>(
-                   "hip", "0.1.0", {kvcache::format_names(), {}, {}, "hip"}))
+                   "hip", "0.1.0",
+                   {kvcache::format_names(), kvcache::gpu::supported_head_dims(), {}, "hip"}))

@@ -109,5 +109,33 @@ TEST(EmulatedDeviceTensors, ADeviceThatDoesNotExistIsRefused) {
   }
 }
 
+// Lanes read rows in chunks of 8 elements: the plugin declares multiples of 8 up to 256, and a
+// store of another head_dim is refused up front, not at its first attention call.
+TEST(EmulatedDeviceTensors, HeadDimsAreMultiplesOfEightUpTo256) {
+  const auto registry = emulator_registry();
+  const ComponentInfo* info = registry->find(ComponentKind::backend, "gpu-emulated");
+  ASSERT_NE(info, nullptr);
+  const std::vector<std::uint32_t>& dims = info->capabilities.head_dims;
+  ASSERT_EQ(dims.size(), 32u);
+  EXPECT_EQ(dims.front(), 8u);
+  EXPECT_EQ(dims.back(), 256u);
+  const auto backend = registry->create_backend("gpu-emulated");
+  for (const std::uint32_t dim : {12u, 264u}) {
+    StoreSpec spec;
+    spec.model = {1, 4, 2, dim};
+    spec.capacity_bytes = 1 << 20;
+    try {
+      backend->create_store(spec);
+      FAIL() << "head_dim " << dim << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Code::unsupported);
+      EXPECT_NE(std::string(e.what()).find("head_dim " + std::to_string(dim) +
+                                           " is not a multiple of 8 up to 256"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvcache

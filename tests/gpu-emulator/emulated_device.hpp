@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <functional>
 
 #define __global__
@@ -32,8 +34,24 @@ inline float atomicAdd(float* p, float v) {
 namespace emu {
 
 void sync_block();
-// The value of lane (this lane ^ mask) of this warp.
-float shfl_xor(float v, int mask);
+// The 32 bits lane `source` of this warp passes (every lane of the warp takes part).
+std::uint32_t shfl_bits(std::uint32_t bits, unsigned source);
+unsigned lane_in_warp();
+
+// The value of lane `source`, or of lane (this lane ^ mask), of this warp.
+template <class T>
+T shfl(T v, unsigned source) {
+  static_assert(sizeof(T) == 4);
+  std::uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  bits = shfl_bits(bits, source);
+  std::memcpy(&v, &bits, 4);
+  return v;
+}
+template <class T>
+T shfl_xor(T v, unsigned mask) {
+  return shfl(v, lane_in_warp() ^ mask);
+}
 // Runs `body` for every thread of every block of the grid.
 void run(dim3 grid, dim3 block, const std::function<void()>& body);
 

@@ -25,7 +25,7 @@ struct Lane {
 
 struct Block {
   std::vector<Lane> lanes;
-  std::vector<float> exchange;  // one value per lane, for shuffles
+  std::vector<std::uint32_t> exchange;  // one value per lane, for shuffles
   std::vector<unsigned> warp_waiting, warp_done;
   unsigned block_waiting = 0, done = 0;
 };
@@ -103,13 +103,17 @@ void sync_block() {
   wait(State::at_block_barrier);
 }
 
-float shfl_xor(float v, int mask) {
+std::uint32_t shfl_bits(std::uint32_t bits, unsigned source) {
   const unsigned lane = current_lane;
-  current_block->exchange[lane] = v;
+  current_block->exchange[lane] = bits;
   wait(State::at_warp_barrier);
-  const float r = current_block->exchange[(lane & ~(kWarp - 1)) | ((lane % kWarp) ^ mask)];
+  const std::uint32_t r = current_block->exchange[(lane & ~(kWarp - 1)) | (source % kWarp)];
   wait(State::at_warp_barrier);  // nobody writes the next value before all have read
   return r;
+}
+
+unsigned lane_in_warp() {
+  return current_lane % kWarp;
 }
 
 void run(dim3 grid, dim3 block, const std::function<void()>& body) {

@@ -4,6 +4,8 @@
 #include "kvcache/formats.hpp"
 #include "kvcache/sdk/plugin.hpp"
 
-KVCACHE_PLUGIN("gpu-emulated", "0.1.0",
-               kvcache::sdk::component<kvcache::gpu::GpuBackend>(
-                   "gpu-emulated", "0.1.0", {kvcache::format_names(), {}, {}, "gpu-emulated"}))
+KVCACHE_PLUGIN(
+    "gpu-emulated", "0.1.0",
+    kvcache::sdk::component<kvcache::gpu::GpuBackend>(
+        "gpu-emulated", "0.1.0",
+        {kvcache::format_names(), kvcache::gpu::supported_head_dims(), {}, "gpu-emulated"}))
