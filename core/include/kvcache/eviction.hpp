@@ -63,8 +63,8 @@ class EvictionPolicy {
   // Whether attention should accumulate per-token scores for this policy (H2O).
   virtual bool wants_scores() const = 0;
   // Whether its plans may drop token ranges (StreamingLLM, H2O), not only preempt sequences or
-  // free cached pages; nullopt: not declared (so not checked against the storage formats, which
-  // may not allow it: kivi-k's scales span groups of tokens).
+  // free cached pages; nullopt: not declared (a warning where the storage formats may not allow
+  // it: kivi-k's scales span groups of tokens).
   virtual std::optional<bool> drops_tokens() const { return std::nullopt; }
   // Proactive, after each step: StreamingLLM windows, H2O budgets.
   virtual EvictionPlan after_step(const CacheState& state) = 0;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -98,10 +99,13 @@ class KVCACHE_API Registry {
 KVCACHE_API std::vector<Diagnostic> check_components(const Config& config,
                                                      const Registry& registry);
 
-// Why the config's eviction policy (made from it) cannot run with its K or V format, or empty:
-// a policy that drops tokens one by one against a format whose scales span groups of tokens
-// (per channel, as kivi-k keys). Throws what creating the quantizers throws.
-KVCACHE_API std::string token_drop_conflict(const Config& config, const Registry& registry,
-                                            const EvictionPolicy& policy);
+// Whether the config's eviction policy (made from it) can run with its K and V formats, at the
+// eviction's place in the config: an error for a policy that drops tokens one by one against a
+// format whose scales span groups of tokens (per channel, as kivi-k keys), a warning for a policy
+// that does not declare whether it drops tokens there, nothing otherwise. Throws what creating
+// the quantizers throws.
+KVCACHE_API std::optional<Diagnostic> token_drop_check(const Config& config,
+                                                       const Registry& registry,
+                                                       const EvictionPolicy& policy);
 
 }  // namespace kvcache

@@ -194,8 +194,11 @@ std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const R
   // The policy first: a conflict with the formats is refused before any memory is taken.
   if (config.eviction.name != "none") {
     impl->policy = registry->create_eviction(config.eviction.name, config.eviction.options);
-    const std::string conflict = token_drop_conflict(config, *registry, *impl->policy);
-    if (!conflict.empty()) throw Error(Code::invalid_argument, conflict);
+    if (const auto drops = token_drop_check(config, *registry, *impl->policy)) {
+      if (drops->severity == Diagnostic::Severity::error)
+        throw Error(Code::invalid_argument, drops->message);
+      spdlog::warn("{}", drops->message);
+    }
   }
   const StoreSpec spec = store_spec(config);
   impl->model = config.model;

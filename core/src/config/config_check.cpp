@@ -1,3 +1,4 @@
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -63,6 +64,7 @@ std::vector<Diagnostic> check_components(const Config& config, const Registry& r
       out.push_back({Diagnostic::Severity::error, config.eviction.where, "eviction",
                      "eviction 'none' takes no options"});
   } else {
+    std::optional<Diagnostic> drops;
     check_choice(
         config.eviction, "eviction",
         [&](const std::string& name, const nlohmann::json& options) {
@@ -73,29 +75,36 @@ std::vector<Diagnostic> check_components(const Config& config, const Registry& r
                         "unknown eviction '" + name + "'" + did_you_mean(name, known));
           }
           const auto policy = registry.create_eviction(name, options);
-          if (!quantizers_ok) return;
-          if (const std::string why = token_drop_conflict(config, registry, *policy); !why.empty())
-            throw Error(Code::invalid_argument, why);
+          if (quantizers_ok) drops = token_drop_check(config, registry, *policy);
         },
         out);
+    if (drops) out.push_back(*drops);
   }
   return out;
 }
 
-std::string token_drop_conflict(const Config& config, const Registry& registry,
-                                const EvictionPolicy& policy) {
-  if (policy.drops_tokens() != true) return {};
+std::optional<Diagnostic> token_drop_check(const Config& config, const Registry& registry,
+                                           const EvictionPolicy& policy) {
+  const std::optional<bool> drops = policy.drops_tokens();
+  if (drops == false) return std::nullopt;
   for (const auto& [key, choice] : {std::pair{"quantizer.k", &config.k_quantizer},
                                     std::pair{"quantizer.v", &config.v_quantizer}}) {
     const StorageFormat f = registry.create_quantizer(choice->name, choice->options)
                                 ->describe(config.model.head_dim, config.cache.page_size);
-    if (f.granularity == Granularity::channel)
-      return "eviction '" + config.eviction.name + "' drops tokens one by one, which " + key + " " +
-             choice->name + " (scales over groups of " + std::to_string(f.group_size) +
-             " tokens) cannot store; choose a per-token format there or an eviction that only "
-             "preempts (such as oldest-first, lru or priority)";
+    if (f.granularity != Granularity::channel) continue;
+    const std::string eviction = "eviction '" + config.eviction.name + "'";
+    const std::string format = std::string(key) + " " + choice->name + " (scales over groups of " +
+                               std::to_string(f.group_size) + " tokens) cannot store";
+    if (drops == true)
+      return Diagnostic{Diagnostic::Severity::error, config.eviction.where, "eviction",
+                        eviction + " drops tokens one by one, which " + format +
+                            "; choose a per-token format there or an eviction that only preempts "
+                            "(such as oldest-first, lru or priority)"};
+    return Diagnostic{Diagnostic::Severity::warning, config.eviction.where, "eviction",
+                      eviction + " does not declare whether it drops tokens one by one, which " +
+                          format + ": if it does, the run stops at its first such drop"};
   }
-  return {};
+  return std::nullopt;
 }
 
 }  // namespace kvcache
