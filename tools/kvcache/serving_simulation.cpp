@@ -16,6 +16,7 @@
 #include "kvcache/cache.hpp"
 #include "kvcache/formats.hpp"
 #include "kvcache/host_tensor.hpp"
+#include "synthetic_rows.hpp"
 
 namespace kvcache::tool {
 namespace {
@@ -55,7 +56,7 @@ class Simulation {
         o_(o),
         requests_(std::move(requests)),
         layer_scale_(layer_scale),
-        rng_(o.seed) {
+        rows_(o.seed) {
     for (std::size_t i = 0; i < requests_.size(); ++i) queue_.push_back(i);
     const StoreInfo info = cache.store().info();
     bytes_per_token_ = static_cast<double>(info.k_format.tile_bytes + info.v_format.tile_bytes) *
@@ -211,8 +212,8 @@ class Simulation {
     }
     std::vector<float> k(rows * m.kv_heads * m.head_dim), q(rows * m.q_heads * m.head_dim),
         out(q.size());
-    for (float& x : k) x = normal_(rng_);
-    for (float& x : q) x = normal_(rng_);
+    rows_.fill(k, m.head_dim);
+    rows_.fill(q, m.head_dim);
     std::int64_t kv_shape[3] = {static_cast<std::int64_t>(rows), m.kv_heads, m.head_dim};
     std::int64_t q_shape[3] = {static_cast<std::int64_t>(rows), m.q_heads, m.head_dim};
     const DLTensor kt = host_tensor(k.data(), kv_shape);
@@ -372,8 +373,7 @@ class Simulation {
   const SimulationOptions& o_;
   std::vector<Request> requests_;
   double layer_scale_;
-  std::mt19937_64 rng_;
-  std::normal_distribution<float> normal_;
+  SyntheticRows rows_;
   static constexpr int kMaxPreemptions = 8;
   std::deque<std::size_t> queue_;
   std::map<std::size_t, int> times_preempted_;
