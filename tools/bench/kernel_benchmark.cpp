@@ -20,6 +20,7 @@
 
 #include "block16.hpp"
 #include "cpu_features.hpp"
+#include "kvcache/formats.hpp"
 #include "kvcache/numeric.hpp"
 #include "softmax_block.hpp"
 
@@ -29,9 +30,9 @@ using namespace kvcache;
 using cpu::Rows;
 
 struct Format {
-  const char* name;
+  const char* name;  // as `kvcache bench attention --format` names it
   Rows rows;
-  std::size_t bytes, meta;  // per row, for head_dim `dim`
+  FormatSpec spec;
 };
 
 // Random rows of a kind: codes anywhere in their range (fp8 without its NaN codes), with
@@ -50,7 +51,9 @@ struct RowData {
   }
 };
 RowData random_rows(const Format& f, std::uint32_t dim, std::uint32_t n, std::mt19937& rng) {
-  RowData r{std::vector<std::uint8_t>(f.bytes * n), std::vector<std::uint8_t>(f.meta * n)};
+  const StorageFormat layout = format_layout(f.spec, dim, 16);
+  RowData r{std::vector<std::uint8_t>(layout.slot_code_bytes * n),
+            std::vector<std::uint8_t>(layout.slot_meta_bytes * n)};
   std::normal_distribution<float> normal;
   std::uniform_int_distribution<int> byte(0, 255);
   auto* halves = reinterpret_cast<std::uint16_t*>(r.codes.data());
@@ -71,7 +74,7 @@ RowData random_rows(const Format& f, std::uint32_t dim, std::uint32_t n, std::mt
       params[2 * i] = fp16_from_float(0.05f);
       params[2 * i + 1] = fp16_from_float(-0.4f);
     }
-  } else if (f.meta > 0) {
+  } else if (layout.slot_meta_bytes > 0) {
     auto* scales = reinterpret_cast<float*>(r.meta.data());
     for (std::uint32_t i = 0; i < n; ++i) scales[i] = 0.01f;
   }
@@ -94,13 +97,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
-  const Format formats[] = {{"fp16", Rows::float16, dim * 2u, 0},
-                            {"bf16", Rows::bfloat16, dim * 2u, 0},
-                            {"fp8-e4m3", Rows::fp8, dim, 4},
-                            {"int8-per-token", Rows::int8, dim, 4},
-                            {"int4-group", Rows::int4_g32, dim / 2u, dim / 32u * 4},
-                            {"int4-group:group=64", Rows::int4_g64, dim / 2u, dim / 64u * 4},
-                            {"int4-group:group=128", Rows::int4_g128, dim / 2u, dim / 128u * 4}};
+  const Format formats[] = {
+      {"fp16", Rows::float16, parse_format("fp16")},
+      {"bf16", Rows::bfloat16, parse_format("bf16")},
+      {"fp8-e4m3", Rows::fp8, parse_format("fp8-e4m3")},
+      {"int8-per-token", Rows::int8, parse_format("int8-per-token")},
+      {"int4-group", Rows::int4_g32, parse_format("int4-group")},
+      {"int4-group:group=64", Rows::int4_g64, parse_format("int4-group", {{"group", 64}})},
+      {"int4-group:group=128", Rows::int4_g128, parse_format("int4-group", {{"group", 128}})}};
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;
   std::vector<float> q(std::size_t{group} * dim);
