@@ -32,12 +32,13 @@ using Segment = paging::SlotSpan;
 constexpr std::uint64_t kParallelWork = 1024;
 
 // One unit of work: some key slots of `width` consecutive queries (a tile, see query_tiles.hpp)
-// and one KV head.
+// and one KV head. Its slots are segments [first, end) of the call's segment list (one list, not
+// one per item: small calls are dominated by such allocations).
 struct Item {
   std::size_t query;
   std::uint32_t width;
   std::uint32_t kv_head;
-  std::vector<Segment> segments;
+  std::size_t first, end;
 };
 
 // Writes a float row into `out` (float32, float16 or bfloat16) at row index r.
@@ -76,6 +77,7 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   const InputRows q_rows(*r.q, queries, heads, dim, "q");
   check_out(*r.out);
   std::vector<PagedStore::LayerView> views;
+  views.reserve(r.sequences.size());
   for (const SeqId id : r.sequences) views.push_back(store->view(id, r.layer));
 
   // Queries in float, pre-scaled for a base-2 softmax.
@@ -103,6 +105,9 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   const std::uint64_t pairs = queries * kv_heads;
   const std::uint64_t splits = pairs >= 4 * threads ? 1 : (4 * threads + pairs - 1) / pairs;
   std::vector<Item> items;
+  std::vector<Segment> segments;  // of all items
+  items.reserve(pairs * splits);
+  segments.reserve(pairs * splits);
   std::uint64_t work = 0;  // key slots x queries of all items, summed over the KV heads
   const auto add_items = [&](std::size_t query, std::uint32_t width, std::uint32_t h,
                              const std::vector<Segment>& slots) {
@@ -110,22 +115,22 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
     for (const Segment& s : slots) total += s.end - s.begin;
     work += total * width;
     const std::uint64_t chunk = std::max<std::uint64_t>(512, (total + splits - 1) / splits);
-    Item item{query, width, h, {}};
+    std::size_t first = segments.size();
     std::uint64_t taken = 0;
     for (const Segment& s : slots) {
       for (std::uint64_t b = s.begin; b < s.end;) {
         const std::uint64_t e = std::min(s.end, b + (chunk - taken));
-        item.segments.push_back({b, e});
+        segments.push_back({b, e});
         taken += e - b;
         b = e;
         if (taken == chunk) {
-          items.push_back(std::move(item));
-          item = Item{query, width, h, {}};
+          items.push_back({query, width, h, first, segments.size()});
+          first = segments.size();
           taken = 0;
         }
       }
     }
-    if (!item.segments.empty()) items.push_back(std::move(item));
+    if (first != segments.size()) items.push_back({query, width, h, first, segments.size()});
   };
   // KV head by KV head: a thread's items (a contiguous range of them) mostly read one head's
   // pages, which a prefill's tiles read again and again, from its L2 when they fit there.
@@ -164,9 +169,11 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
     attend.emplace_back(group * width, dim, r.accumulate_scores ? Rows::float32 : stored_kind(kc),
                         stored_kind(vc));
   std::vector<QuantizedQuery> q8;  // per (query, KV head), for int8 and int4 keys
-  if (integer_rows(attend[0].keys()))
-    for (std::uint64_t pair = 0; pair < queries * kv_heads; ++pair)
+  if (integer_rows(attend[0].keys())) {
+    q8.reserve(pairs);
+    for (std::uint64_t pair = 0; pair < pairs; ++pair)
       q8.push_back(attend[0].quantize(q.data() + pair * group * dim));
+  }
 
   // Walks the key blocks of an item (at most one page each): rows read in place are passed as
   // they are stored (with their next tile to prefetch), the others decoded into k and v; values
@@ -175,7 +182,8 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
                                   bool with_values, auto&& body) {
     const std::size_t seq = query_sequence[item.query];
     const auto& view = views[seq];
-    for (const Segment& s : item.segments) {
+    for (std::size_t i = item.first; i < item.end; ++i) {
+      const Segment& s = segments[i];
       for (std::uint64_t b = s.begin; b < s.end;) {
         const std::uint64_t e = std::min(s.end, (b / page + 1) * page);
         const PageId p = view.pages[b / page];

@@ -2,9 +2,11 @@
 // query heads of one KV head together (each K and V row is read once per group).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <vector>
 
 #include "cpu_features.hpp"
@@ -18,14 +20,27 @@ namespace kvcache::cpu {
 // sum of values.
 inline constexpr std::uint32_t kLanes = 16;
 inline constexpr float kRescaleSlack = 8.0f;  // weights stay below 2^8
-struct SoftmaxState {
+class SoftmaxState {
+  // m, l and acc in one allocation: a call makes a state per work item, and small calls are
+  // dominated by such costs. Moves keep the buffer (and so the views); copies are not needed.
+  std::vector<float> storage_;
+
+ public:
   SoftmaxState(std::uint32_t group, std::uint32_t dim)
-      : m(group, -std::numeric_limits<float>::infinity()),
-        l(std::size_t{group} * kLanes, 0.0f),
-        acc(std::size_t{group} * dim, 0.0f) {}
-  std::vector<float> m;
-  std::vector<float> l;    // [group][kLanes]
-  std::vector<float> acc;  // [group][dim]
+      : storage_(std::size_t{group} * (1 + kLanes + dim), 0.0f),
+        m(storage_.data(), group),
+        l(m.data() + group, std::size_t{group} * kLanes),
+        acc(l.data() + l.size(), std::size_t{group} * dim) {
+    std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
+  }
+  SoftmaxState(SoftmaxState&&) noexcept = default;
+  SoftmaxState& operator=(SoftmaxState&&) noexcept = default;
+  SoftmaxState(const SoftmaxState&) = delete;
+  SoftmaxState& operator=(const SoftmaxState&) = delete;
+
+  std::span<float> m;
+  std::span<float> l;    // [group][kLanes]
+  std::span<float> acc;  // [group][dim]
   // The sum of head g's weights.
   float weight_sum(std::uint32_t g) const;
   // Multiplies head g's weights (and what they accumulated) by `factor`.
