@@ -197,7 +197,7 @@ constexpr std::uint32_t kAttendWarps = kItemSlots / kWarp;
 constexpr std::uint32_t kChunk = kHeadDimStep;
 // Rows in flight per lane, and blocks per multiprocessor the registers must allow (items of up to
 // 4 heads). Measured on an H200 against 2 and 3 (168 registers, no spills): 4 and 1 (198
-// registers) up to 15% slower, 4 and 3 (a few spills) up to 15% faster at fp16 and even at int8,
+// registers) up to 15% slower, 4 and 3 (a few spills) up to 15% faster at fp16, even at int8,
 // 2 and 4 (128 registers, spills) mixed: the kernel is bound by its instructions, not these.
 constexpr std::uint32_t kUnroll = 2;
 constexpr std::uint32_t kMinBlocks = 3;
