@@ -33,6 +33,9 @@ fi
 step "build ($build, CUDA architectures $archs)"
 if [[ -n ${SKIP_BUILD:-} ]]; then
   echo "skipped: using $build as it is"
+  # A tree built elsewhere may come without its test plugins: the suites then leave the CPU
+  # emulator out (it is not what this script checks).
+  export KVCACHE_TEST_GPU_EMULATOR=${KVCACHE_TEST_GPU_EMULATOR-}
 elif [[ ! -f "$build/CMakeCache.txt" ]]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVCACHE_WITH_HIP=OFF \
     "-DCMAKE_CUDA_ARCHITECTURES=$archs" >/dev/null

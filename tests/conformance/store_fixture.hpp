@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,11 +19,15 @@
 namespace kvcache::conformance {
 
 // The installed plugins, plus the test-only GPU emulator backend: gpu-common's own code on the
-// CPU, so the GPU backends' logic is checked here even without a GPU.
+// CPU, so the GPU backends' logic is checked here even without a GPU. KVCACHE_TEST_GPU_EMULATOR
+// in the environment replaces its path; empty, it leaves the emulator out (a build tree carried
+// to a GPU machine without its test plugins: tools/gpu-check.sh with SKIP_BUILD).
 inline const Registry& registry() {
   static const auto r = [] {
     PluginSettings settings;
-    settings.paths.push_back({KVCACHE_TEST_GPU_EMULATOR, true, {}});
+    const char* from_env = std::getenv("KVCACHE_TEST_GPU_EMULATOR");
+    const std::string emulator = from_env != nullptr ? from_env : KVCACHE_TEST_GPU_EMULATOR;
+    if (!emulator.empty()) settings.paths.push_back({emulator, true, {}});
     return Registry::load(settings);
   }();
   return *r;
