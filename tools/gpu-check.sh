@@ -5,7 +5,7 @@
 #   BUILD_DIR=build tools/gpu-check.sh    # reuse an existing build tree
 #   CUDA_ARCHS="80;90" tools/gpu-check.sh
 #   QUICK=1 tools/gpu-check.sh            # fewer benchmark shapes
-#   SKIP_BUILD=1 BUILD_DIR=build tools/gpu-check.sh   # a tree built elsewhere (no compilers here)
+#   SKIP_BUILD=1 BUILD_DIR=.gpu tools/gpu-check.sh    # a tree staged elsewhere by tools/gpu-stage.sh
 #   SANITIZE=1 tools/gpu-check.sh         # also run a slice of the suites under compute-sanitizer
 #
 # Prints the device, the conformance result (the suite must run on cuda, not skip) and a table of
@@ -33,8 +33,12 @@ fi
 step "build ($build, CUDA architectures $archs)"
 if [[ -n ${SKIP_BUILD:-} ]]; then
   echo "skipped: using $build as it is"
-  # A tree built elsewhere may come without its test plugins: the suites then leave the CPU
-  # emulator out (it is not what this script checks).
+  # A tree built elsewhere (tools/gpu-stage.sh) brings the libraries it needs, and may come
+  # without its test plugins: the suites then leave the CPU emulator out (not checked here).
+  staged=$(cd "$build" && pwd)
+  export LD_LIBRARY_PATH="$staged/lib:$staged/deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  "$build/bin/kvcache" --version >/dev/null 2>&1 ||
+    export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$staged/deps-std"
   export KVCACHE_TEST_GPU_EMULATOR=${KVCACHE_TEST_GPU_EMULATOR-}
 elif [[ ! -f "$build/CMakeCache.txt" ]]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVCACHE_WITH_HIP=OFF \
