@@ -36,8 +36,10 @@ struct DeviceFormat {
   std::uint32_t slot_meta_bytes = 0;
   std::uint64_t code_bytes = 0;  // all slots' codes; the meta follows
   std::uint64_t tile_bytes = 0;
-  std::uint64_t tile_stride =
-      0;  // tile_bytes rounded up to 16: tiles start on vector loads' boundary
+
+  // Tiles lie tile_bytes rounded up to 16 apart, so each starts on the kernels' vector loads'
+  // boundary.
+  KVC_HD std::uint64_t tile_stride() const { return (tile_bytes + 15) / 16 * 16; }
 };
 
 KVC_HD std::uint32_t float_bits(float x) {

@@ -30,8 +30,7 @@ inline DeviceFormat device_format(const FormatSpec& spec, std::uint32_t head_dim
           static_cast<std::uint32_t>(layout.slot_code_bytes),
           static_cast<std::uint32_t>(layout.slot_meta_bytes),
           layout.code_bytes,
-          layout.tile_bytes,
-          (layout.tile_bytes + 15) / 16 * 16};
+          layout.tile_bytes};
 }
 
 }  // namespace kvcache::gpu

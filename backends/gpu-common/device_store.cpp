@@ -104,8 +104,8 @@ DeviceStore::DeviceStore(const StoreSpec& spec, int device)
   pools_.k = format_on_device(spec.k_format, spec.k_options, m.head_dim, spec.page_size);
   pools_.v = format_on_device(spec.v_format, spec.v_options, m.head_dim, spec.page_size);
   const std::uint64_t pages = book_.total_pages();
-  pools_.k_pool_bytes = pages * m.kv_heads * pools_.k.tile_stride;
-  pools_.layer_stride = pools_.k_pool_bytes + pages * m.kv_heads * pools_.v.tile_stride;
+  pools_.k_pool_bytes = pages * m.kv_heads * pools_.k.tile_stride();
+  pools_.layer_stride = pools_.k_pool_bytes + pages * m.kv_heads * pools_.v.tile_stride();
   const std::uint64_t total = pools_.layer_stride * m.layers;
   pools_.pools = static_cast<std::uint8_t*>(memory_.reserve(total));
   stream_.fill(pools_.pools, spec.poison_unused ? 0xFF : 0, total);
@@ -328,7 +328,7 @@ void DeviceStore::copy_page(paging::PageId from, paging::PageId to) {
   for (std::uint32_t layer = 0; layer < book_.spec().model.layers; ++layer) {
     for (const bool value : {false, true}) {
       // A page's tiles of one layer and side are adjacent: [page][kv_head].
-      const std::uint64_t bytes = pools_.kv_heads * (value ? pools_.v : pools_.k).tile_stride;
+      const std::uint64_t bytes = pools_.kv_heads * (value ? pools_.v : pools_.k).tile_stride();
       stream_.copy(pools_.tile(layer, to, 0, value), pools_.tile(layer, from, 0, value), bytes);
     }
   }

@@ -433,8 +433,8 @@ __global__ void __launch_bounds__(kWarp* kAttendWarps, kHeads <= 4 ? kMinBlocks 
     }
   }
 
-  const std::uint8_t* k_pool = a.pools.pools + std::uint64_t{a.layer} * a.pools.layer_stride;
-  const std::uint8_t* v_pool = k_pool + a.pools.k_pool_bytes;
+  std::uint8_t* const k_pool = a.pools.pool(a.layer, false);
+  std::uint8_t* const v_pool = a.pools.pool(a.layer, true);
   const std::uint64_t kv_head = it.kv_head;
   const auto row_at = [&](bool value, std::uint32_t page, std::uint32_t word) {
     const DeviceFormat& f = value ? vf : kf;
@@ -443,9 +443,7 @@ __global__ void __launch_bounds__(kWarp* kAttendWarps, kHeads <= 4 ? kMinBlocks 
                                     ? nullptr
                                     : a.residual + a.residual_offset[2 * it.query + value] +
                                           (kv_head * f.group + slot % f.group) * dim;
-    return RowAt{(value ? v_pool : k_pool) +
-                     (std::uint64_t{page} * a.pools.kv_heads + kv_head) * f.tile_stride,
-                 slot, held};
+    return RowAt{a.pools.tile_in(value ? v_pool : k_pool, f, page, it.kv_head), slot, held};
   };
   const std::uint32_t span_begin = a.span_offset[it.query], span_end = a.span_offset[it.query + 1];
   const std::uint32_t* pages = a.pages + a.page_offset[it.query];

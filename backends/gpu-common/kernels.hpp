@@ -20,11 +20,19 @@ struct PoolLayout {
   std::uint32_t head_dim = 0;
   DeviceFormat k, v;
 
-  // The tile of (layer, page, KV head) in the K or V pool; for either host or device code.
+  // Layer `layer`'s K or V pool; for either host or device code.
+  KVC_HD std::uint8_t* pool(std::uint32_t layer, bool value) const {
+    return pools + layer * layer_stride + (value ? k_pool_bytes : 0);
+  }
+  // The tile of (page, KV head) in a pool of format f.
+  KVC_HD std::uint8_t* tile_in(std::uint8_t* pool, const DeviceFormat& f, std::uint32_t page,
+                               std::uint32_t head) const {
+    return pool + (std::uint64_t{page} * kv_heads + head) * f.tile_stride();
+  }
+  // The tile of (layer, page, KV head) in the K or V pool.
   KVC_HD std::uint8_t* tile(std::uint32_t layer, std::uint32_t page, std::uint32_t head,
                             bool value) const {
-    return pools + layer * layer_stride + (value ? k_pool_bytes : 0) +
-           (std::uint64_t{page} * kv_heads + head) * (value ? v : k).tile_stride;
+    return tile_in(pool(layer, value), value ? v : k, page, head);
   }
 };
 
