@@ -298,19 +298,20 @@ void BlockAttention::operator()(const float* q, const QuantizedQuery* q8, const 
   alignas(64) std::byte pad[16 * kMaxDim * 4], pad_meta[16 * kMaxDim / 32 * 4];
   for (std::uint32_t b = 0; b < blocks; ++b) {
     const std::uint32_t j = 16 * b, rows = std::min(16u, n - j), place = pending.count;
+    // Field by field: an aggregate assignment zero-fills the block first (a `rep stos`, about
+    // a third of this function's time in a profile).
     Block16& block = pending.blocks[place];
-    block = {q,
-             q8,
-             keys + j * key_bytes_,
-             static_cast<const std::byte*>(k.meta) + j * key_meta_,
-             values + j * value_bytes_,
-             static_cast<const std::byte*>(v.meta) + j * value_meta_,
-             rows,
-             {},
-             state.m.data(),
-             state.l.data(),
-             state.acc.data(),
-             pending.weight + 16 * place};
+    block.q = q;
+    block.q8 = q8;
+    block.k = keys + j * key_bytes_;
+    block.k_meta = static_cast<const std::byte*>(k.meta) + j * key_meta_;
+    block.v = values + j * value_bytes_;
+    block.v_meta = static_cast<const std::byte*>(v.meta) + j * value_meta_;
+    block.n = rows;
+    block.m = state.m.data();
+    block.l = state.l.data();
+    block.acc = state.acc.data();
+    block.weight = pending.weight + 16 * place;
     // Each block asks for its share of the next tiles.
     const RowBlock* sides[2] = {&k, &v};
     for (int i = 0; i < 2; ++i) {
