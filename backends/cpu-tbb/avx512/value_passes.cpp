@@ -56,25 +56,20 @@ KVCACHE_AVX512 KVCACHE_INLINE void store_codes(__m512 scaled, std::int16_t* code
                      _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(scaled)));
 }
 
-// The codes of two blocks' weights (16 each, scaled as for store_codes) in one narrowing: per
-// 128-bit lane, four of the first block's then four of the second's (where pair_at finds them).
+// The codes of two blocks' weights (16 each, scaled as for store_codes) in one narrowing, in
+// token order: the pack interleaves them per 128-bit lane, a qword permute puts them back.
 KVCACHE_AVX512 KVCACHE_INLINE void store_code_pair(__m512 first, __m512 second,
                                                    std::int16_t* codes) {
+  const __m512i packed = _mm512_packs_epi32(_mm512_cvtps_epi32(first), _mm512_cvtps_epi32(second));
   _mm512_store_si512(codes,
-                     _mm512_packs_epi32(_mm512_cvtps_epi32(first), _mm512_cvtps_epi32(second)));
-}
-// Where store_code_pair left the pair of weights of rows j, j + 1 (j even) of block k.
-inline std::uint32_t pair_at(std::uint32_t k, std::uint32_t j) {
-  return 32 * (k / 2) + 8 * (j / 4) + 4 * (k % 2) + j % 4;
+                     _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), packed));
 }
 
-// acc += a's int16 pairs times the pair at `pair` in every lane (vpdpwssd with an embedded
-// broadcast: no register for the weights). In inline assembly because GCC 12 copies an
-// accumulator updated by the intrinsic in a loop to another register and back at every step.
-KVCACHE_INLINE void dpwssd_broadcast(__m512i& acc, __m512i a, const std::int16_t* pair) {
-  asm("vpdpwssd %2%{1to16%}, %1, %0"
-      : "+v"(acc)
-      : "v"(a), "m"(*reinterpret_cast<const AliasedWord*>(pair)));
+// acc += a's int16 pairs times w's (vpdpwssd; the weights are broadcast once and used for every
+// chunk of the rows). In inline assembly because GCC 12 copies an accumulator updated by the
+// intrinsic in a loop to another register and back at every step.
+KVCACHE_INLINE void dpwssd(__m512i& acc, __m512i a, __m512i w) {
+  asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(w));
 }
 
 // Bytes [offset, offset + 32) of rows j and j + 1, Stride bytes apart: [row j][row j + 1].
@@ -129,12 +124,15 @@ KVCACHE_VBMI void values16_int8(const Block16& b) {
       for (int h = 0; h < H; ++h) a[g][h] = _mm512_setzero_si512();
     for (std::uint32_t j = 0; j < b.n; j += 2) {
       if (pass == 0) prefetch_shares(b, kShares / 2 + j, 2);
+      __m512i pair[G];  // each head's weights of rows j, j + 1, broadcast once for the pass
+      for (int g = 0; g < G; ++g)
+        pair[g] = _mm512_set1_epi32(*reinterpret_cast<const AliasedWord*>(codes[g] + j));
       for (int h = 0; h < H; h += 2) {
         const __m512i bytes = row_pair_bytes<D>(v, j, 16 * (pass + h));
         for (int half = 0; half < 2; ++half) {
           const __m512i words =
               _mm512_srai_epi16(_mm512_maskz_permutexvar_epi8(kHighBytes, index[half], bytes), 8);
-          for (int g = 0; g < G; ++g) dpwssd_broadcast(a[g][h + half], words, codes[g] + j);
+          for (int g = 0; g < G; ++g) dpwssd(a[g][h + half], words, pair[g]);
         }
       }
     }
@@ -214,6 +212,7 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t count) {
       __m512 scaled[kSpanBlocks];
       for (std::uint32_t k = 0; k < count; ++k) scaled[k] = _mm512_mul_ps(w[k], factor);
       if (count % 2 == 1) scaled[count] = _mm512_setzero_ps();
+      const float unit_of_weights = _mm512_cvtss_f32(top) / kLargestCode;
       for (int i = 0; i < Groups; ++i) {
         __m512 minimum = _mm512_setzero_ps();
         for (std::uint32_t k = 0; k < count; ++k)
@@ -221,19 +220,24 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t count) {
         for (std::uint32_t k = 0; k < count; k += 2)
           store_code_pair(_mm512_mul_ps(scaled[k], relative[k][i]),
                           _mm512_mul_ps(scaled[k + 1], relative[k + 1][i]), codes[g][i] + 16 * k);
-        unit[g][i] = _mm512_cvtss_f32(top) * top_scale[i] / kLargestCode;
+        unit[g][i] = unit_of_weights * top_scale[i];
         terms[g * Groups + i] = minimum;
       }
     }
-    for (int i = G * Groups; i < (G * Groups + 15) / 16 * 16; ++i) terms[i] = _mm512_setzero_ps();
-    const __m512i lane_of_slot = _mm512_load_si512(sum_order().lane_of_slot);
-    for (int i = 0; i < G * Groups; i += 16)
-      _mm512_store_ps(minimum_sum + i,
-                      _mm512_permutexvar_ps(lane_of_slot, sum_lanes16<AddFloats>(terms + i)));
+    if constexpr (G * Groups < 16) {  // fewer sums than a network's 16: one by one
+      for (int i = 0; i < G * Groups; ++i) minimum_sum[i] = _mm512_reduce_add_ps(terms[i]);
+    } else {
+      const __m512i lane_of_slot = _mm512_load_si512(sum_order().lane_of_slot);
+      for (int i = 0; i < G * Groups; i += 16)
+        _mm512_store_ps(minimum_sum + i,
+                        _mm512_permutexvar_ps(lane_of_slot, sum_lanes16<AddFloats>(terms + i)));
+    }
   }
   const __m512i index[2] = {_mm512_load_si512(kNibbleWords.index[0]),
                             _mm512_load_si512(kNibbleWords.index[1])};
   const __m512i nibble = _mm512_set1_epi16(0x0F);
+  // Unrolled, so that each weight pair's place is a constant distance from `pairs`.
+#pragma GCC unroll 4
   for (int first = 0; first < Chunks; first += P) {
     __m512i even[G][P], odd[G][P];
     for (int g = 0; g < G; ++g)
@@ -243,6 +247,8 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t count) {
       const auto* v = static_cast<const std::byte*>(b.v);
       for (std::uint32_t j = 0; j < b.n; j += 2) {
         if (first == 0) prefetch_shares(b, kShares / 2 + j, 2);
+        // The weight pair of rows j, j + 1 of head g's group: at a fixed distance from here.
+        const std::int16_t* pairs = &codes[0][0][0] + 16 * k + j;
         __m512i bytes;
         for (int i = 0; i < P; ++i) {
           const int chunk = first + i, group = chunk * 32 / S;
@@ -252,8 +258,11 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t count) {
           const __m512i low = _mm512_and_si512(words, nibble);
           const __m512i high = _mm512_srli_epi16(words, 4);
           for (int g = 0; g < G; ++g) {
-            dpwssd_broadcast(even[g][i], low, codes[g][group] + pair_at(k, j));
-            dpwssd_broadcast(odd[g][i], high, codes[g][group] + pair_at(k, j));
+            // One broadcast for both halves (and for the chunks of a group).
+            const __m512i pair = _mm512_set1_epi32(
+                *reinterpret_cast<const AliasedWord*>(pairs + (g * Groups + group) * kSpan));
+            dpwssd(even[g][i], low, pair);
+            dpwssd(odd[g][i], high, pair);
           }
         }
       }
