@@ -67,22 +67,26 @@ KVCACHE_AVX512 KVCACHE_INLINE void transpose_lanes(const __m512i in[4], __m512i 
   out[3] = _mm512_shuffle_i32x4(p1, p3, 0xDD);
 }
 
+// A row of Dwords (8 or 16) 32-bit words, zeros past them.
+template <int Dwords>
+KVCACHE_AVX512 KVCACHE_INLINE __m512i load_row(const std::byte* row) {
+  if constexpr (Dwords == 16) return _mm512_loadu_si512(row);
+  return _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row)));
+}
+
 // 16 rows of Dwords (8 or 16) 32-bit words, `stride` bytes apart, transposed: lane t of
 // column[c] is word c of row t. Four rounds of 16 shuffles: pairs of rows interleaved by words,
 // then by pairs of words, then 128-bit lanes transposed.
 template <int Dwords>
 KVCACHE_AVX512 KVCACHE_INLINE void transpose_rows(const std::byte* rows, std::size_t stride,
                                                   __m512i column[Dwords]) {
-  __m512i r[16], a[16], b[16];
-  for (int t = 0; t < 16; ++t) {
-    const std::byte* row = rows + t * stride;
-    r[t] = Dwords == 16
-               ? _mm512_loadu_si512(row)
-               : _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row)));
-  }
+  // Rows are loaded where they are used (held all at once, they are spilled to the stack).
+  __m512i a[16], b[16];
   for (int i = 0; i < 16; i += 2) {
-    a[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    a[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    const __m512i even = load_row<Dwords>(rows + i * stride),
+                  odd = load_row<Dwords>(rows + (i + 1) * stride);
+    a[i] = _mm512_unpacklo_epi32(even, odd);
+    a[i + 1] = _mm512_unpackhi_epi32(even, odd);
   }
   // b[4j + m], 128-bit lane l: word 4l + m of rows 4j..4j + 3.
   for (int j = 0; j < 16; j += 4) {
@@ -101,7 +105,7 @@ KVCACHE_AVX512 KVCACHE_INLINE void transpose_rows(const std::byte* rows, std::si
 
 // acc += the products of a's unsigned bytes and the four signed bytes at `codes` (in every
 // lane), summed per 32-bit lane (vpdpbusd with an embedded broadcast). Inline assembly for the
-// reason given at the value passes' dpwssd_broadcast.
+// reason given at the value passes' dpwssd.
 KVCACHE_INLINE void dpbusd_broadcast(__m512i& acc, __m512i a, const std::int8_t* codes) {
   asm("vpdpbusd %2%{1to16%}, %1, %0"
       : "+v"(acc)
@@ -165,6 +169,7 @@ KVCACHE_VNNI void keys16_int4(const Block16& b) {
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   __m512 logits[G];
   for (int g = 0; g < G; ++g) logits[g] = _mm512_setzero_ps();
+#pragma GCC unroll 4
   for (int first = 0; first < Parts; first += Unit) {
     const int group = first * 32 / S;
     prefetch_key_shares<Parts / Unit>(b, first / Unit);
