@@ -129,6 +129,7 @@ KVCACHE_VNNI void keys16_int8(const Block16& b) {
   // 32768 tokens, from memory, about 10% faster).
   for (int line = 0; line < D / 4; ++line)
     _mm_prefetch(reinterpret_cast<const char*>(k) + 64 * line, _MM_HINT_T0);
+#pragma GCC unroll 2
   for (int half = 0; half < D / 64; ++half) {  // 64 bytes of each row: 16 columns, parts 2h, 2h+1
     prefetch_key_shares<D / 64>(b, half);
     __m512i column[16];
