@@ -103,13 +103,15 @@ KVCACHE_AVX512 KVCACHE_INLINE void transpose_rows(const std::byte* rows, std::si
   }
 }
 
-// acc += the products of a's unsigned bytes and the four signed bytes at `codes` (in every
-// lane), summed per 32-bit lane (vpdpbusd with an embedded broadcast). Inline assembly for the
-// reason given at the value passes' dpwssd.
-KVCACHE_INLINE void dpbusd_broadcast(__m512i& acc, __m512i a, const std::int8_t* codes) {
+// acc + the products of a's unsigned bytes and the four signed bytes at `codes` (in every lane),
+// summed per 32-bit lane (vpdpbusd with an embedded broadcast). Inline assembly, and the
+// accumulator by value, for the reasons given at the value passes' dpwssd.
+KVCACHE_AVX512 KVCACHE_INLINE __m512i dpbusd_broadcast(__m512i acc, __m512i a,
+                                                       const std::int8_t* codes) {
   asm("vpdpbusd %2%{1to16%}, %1, %0"
       : "+v"(acc)
       : "v"(a), "m"(*reinterpret_cast<const AliasedWord*>(codes)));
+  return acc;
 }
 
 // 16 int8 keys: vpdpbusd multiplies unsigned by signed bytes, so the key codes are flipped to
@@ -140,7 +142,7 @@ KVCACHE_VNNI void keys16_int8(const Block16& b) {
         const std::int8_t* codes = q8.codes.data() + g * D + 32 * part;
         __m512i dot[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
         for (int c = 0; c < 8; ++c)
-          dpbusd_broadcast(dot[c % 2], column[8 * (part % 2) + c], codes + 4 * c);
+          dot[c % 2] = dpbusd_broadcast(dot[c % 2], column[8 * (part % 2) + c], codes + 4 * c);
         logits[g] = _mm512_add_ps(
             logits[g], _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(dot[0], dot[1])),
                                        _mm512_set1_ps(q8.part_steps[g * Parts + part]),
@@ -183,8 +185,8 @@ KVCACHE_VNNI void keys16_int4(const Block16& b) {
       const std::int8_t* codes = q8.codes.data() + g * D + 16 * first;
       __m512i dot_even = _mm512_setzero_si512(), dot_odd = _mm512_setzero_si512();
       for (int c = 0; c < 4 * Unit; ++c) {
-        dpbusd_broadcast(dot_even, even[c], codes + 4 * c);
-        dpbusd_broadcast(dot_odd, odd[c], codes + D / 2 + 4 * c);
+        dot_even = dpbusd_broadcast(dot_even, even[c], codes + 4 * c);
+        dot_odd = dpbusd_broadcast(dot_odd, odd[c], codes + D / 2 + 4 * c);
       }
       const float step = q8.part_steps[g * Parts + first];
       float sum = q8.part_sums[g * Parts + first];
