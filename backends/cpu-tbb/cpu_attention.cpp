@@ -180,8 +180,10 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
       q8.push_back(attend[0].quantize(q.data() + pair * group * dim));
   }
 
-  const std::uint64_t ahead_pages = std::max<std::size_t>(
-      2, (kPrefetchBytes + kc.layout().tile_bytes - 1) / kc.layout().tile_bytes);
+  // In pages, from the smaller of the two tiles (K and V may differ in format).
+  const std::size_t small_tile = std::min(kc.layout().tile_bytes, vc.layout().tile_bytes);
+  const std::uint64_t ahead_pages =
+      std::max<std::size_t>(2, (kPrefetchBytes + small_tile - 1) / small_tile);
   // Walks the key blocks of an item (at most one page each): rows read in place are passed as
   // they are stored (with their next tile to prefetch), the others decoded into k and v; values
   // only when asked for.
