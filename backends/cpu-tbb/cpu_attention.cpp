@@ -191,6 +191,11 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
                                   bool with_values, auto&& body) {
     const std::size_t seq = query_sequence[item.query];
     const auto& view = views[seq];
+    // This head's K and V tiles: a page's at base + page x bytes (the store's members are read
+    // once, not at every page past the opaque kernel calls).
+    const std::byte* const tiles[2] = {store->head_tiles(r.layer, item.kv_head, false),
+                                       store->head_tiles(r.layer, item.kv_head, true)};
+    const std::size_t tile_bytes[2] = {kc.layout().tile_bytes, vc.layout().tile_bytes};
     for (std::size_t i = item.first; i < item.end; ++i) {
       const Segment& s = segments[i];
       // Page by page, the index counted rather than divided for (a 64-bit division per page
@@ -206,16 +211,16 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
           if (value && !with_values) continue;
           const SlotCodec& codec = value ? vc : kc;
           const Rows kind = value ? values : keys;
-          const std::byte* tile = store->tile_of(p, r.layer, item.kv_head, value);
+          const std::byte* tile = tiles[value] + std::size_t{p} * tile_bytes[value];
           const std::byte* ahead =
               ahead_index * page < s.end
-                  ? store->tile_of(view.pages[ahead_index], r.layer, item.kv_head, value)
+                  ? tiles[value] + std::size_t{view.pages[ahead_index]} * tile_bytes[value]
                   : nullptr;
           const auto first = static_cast<std::uint32_t>(b - index * page);
           if (kind != Rows::float32) {
             blocks[value] = {kind, tile + slot_code_offset(codec.layout(), first),
                              tile + slot_meta_offset(codec.spec(), codec.layout(), dim, first),
-                             ahead, codec.layout().tile_bytes};
+                             ahead, tile_bytes[value]};
             continue;
           }
           float* rows = value ? v : k;
@@ -227,7 +232,7 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
           const std::uint64_t split = std::clamp(complete, b, e);
           if (split > b)
             codec.decode_rows(tile, first, static_cast<std::uint32_t>(split - b), rows, ahead,
-                              codec.layout().tile_bytes);
+                              tile_bytes[value]);
           for (std::uint64_t slot = split; slot < e; ++slot)
             store->decode_row(r.sequences[seq], r.layer, item.kv_head, value, slot,
                               rows + (slot - b) * dim);

@@ -41,8 +41,10 @@ class PagedStore final : public paging::PagedStoreBase {
   std::shared_lock<std::shared_mutex> lock_shared() const { return std::shared_lock(mutex_); }
   LayerView view(SeqId sequence, std::uint32_t layer);
   const SlotCodec& codec(bool value) const { return value ? v_codec_ : k_codec_; }
-  const std::byte* tile_of(PageId page, std::uint32_t layer, std::uint32_t head, bool value) const {
-    return tile(page, layer, head, value);
+  // The tile of page p of a (layer, head) is at head_tiles(...) + p x the tile's bytes: a walk
+  // over a sequence's pages computes its base once.
+  const std::byte* head_tiles(std::uint32_t layer, std::uint32_t head, bool value) const {
+    return tile(0, layer, head, value);
   }
   const Position* positions_of(PageId page) const { return book_.positions_of(page); }
   // One K or V row of a written slot as float32 (from the residual group where it waits).
