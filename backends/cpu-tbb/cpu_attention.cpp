@@ -281,11 +281,32 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
       if (integer_rows(kernels.keys())) qq = &(tile_q8 = kernels.quantize(qg));
     }
     PendingValues pending;
-    for_each_block(
-        item, k, v, kernels.keys(), kernels.values(), true,
-        [&](const RowBlock& keys, const RowBlock& values, std::uint64_t, std::uint32_t n) {
-          kernels(qg, qq, keys, values, n, partial[it], pending, logits);
-        });
+    if (kernels.keys() != Rows::float32 && kernels.values() != Rows::float32) {
+      // Both sides read in place: the kernels walk the pages themselves.
+      const auto& view = views[query_sequence[item.query]];
+      BlockAttention::PageRun run{store->head_tiles(r.layer, item.kv_head, false),
+                                  store->head_tiles(r.layer, item.kv_head, true),
+                                  kc.layout().tile_bytes,
+                                  vc.layout().tile_bytes,
+                                  kc.layout().code_bytes,
+                                  vc.layout().code_bytes,
+                                  view.pages,
+                                  page,
+                                  0,
+                                  0,
+                                  ahead_pages};
+      for (std::size_t i = item.first; i < item.end; ++i) {
+        run.begin = segments[i].begin;
+        run.end = segments[i].end;
+        kernels(qg, qq, run, partial[it], pending, logits);
+      }
+    } else {
+      for_each_block(
+          item, k, v, kernels.keys(), kernels.values(), true,
+          [&](const RowBlock& keys, const RowBlock& values, std::uint64_t, std::uint32_t n) {
+            kernels(qg, qq, keys, values, n, partial[it], pending, logits);
+          });
+    }
     kernels.flush(pending);
   });
 

@@ -279,9 +279,11 @@ BlockAttention::BlockAttention(std::uint32_t group, std::uint32_t dim, Rows stor
   value_meta_ = meta_bytes(values_, dim);
 }
 
-void BlockAttention::operator()(const float* q, const QuantizedQuery* q8, const RowBlock& k,
-                                const RowBlock& v, std::uint32_t n, SoftmaxState& state,
-                                PendingValues& pending, float* logits) const {
+// Inlined into both entry points: a page run then pays for no call and no stack frame per
+// page.
+__attribute__((always_inline)) inline void BlockAttention::add(
+    const float* q, const QuantizedQuery* q8, const RowBlock& k, const RowBlock& v, std::uint32_t n,
+    SoftmaxState& state, PendingValues& pending, float* logits) const {
   if (key_pass_ == nullptr) {
     portable(q, k, v, n, state, logits);
     return;
@@ -341,6 +343,33 @@ void BlockAttention::operator()(const float* q, const QuantizedQuery* q8, const 
     key_pass_(block);
     if (span_ > 1) std::copy_n(state.m.data(), group_, pending.m[place]);  // read by flush
     if (++pending.count == span_) flush(pending);
+  }
+}
+
+void BlockAttention::operator()(const float* q, const QuantizedQuery* q8, const RowBlock& k,
+                                const RowBlock& v, std::uint32_t n, SoftmaxState& state,
+                                PendingValues& pending, float* logits) const {
+  add(q, q8, k, v, n, state, pending, logits);
+}
+
+void BlockAttention::operator()(const float* q, const QuantizedQuery* q8, const PageRun& run,
+                                SoftmaxState& state, PendingValues& pending, float* logits) const {
+  const std::uint64_t page = run.page_size;
+  for (std::uint64_t b = run.begin, index = b / page; b < run.end; ++index) {
+    const std::uint64_t e = std::min(run.end, (index + 1) * page);
+    const auto first = static_cast<std::uint32_t>(b - index * page);
+    const std::size_t at = run.pages[index];
+    const std::byte* k = run.k_tiles + at * run.k_tile_bytes;
+    const std::byte* v = run.v_tiles + at * run.v_tile_bytes;
+    const bool ahead = (index + run.ahead) * page < run.end;
+    const std::size_t ahead_at = ahead ? run.pages[index + run.ahead] : 0;
+    add(q, q8,
+        {keys_, k + first * key_bytes_, k + run.k_code_bytes + first * key_meta_,
+         ahead ? run.k_tiles + ahead_at * run.k_tile_bytes : nullptr, run.k_tile_bytes},
+        {values_, v + first * value_bytes_, v + run.v_code_bytes + first * value_meta_,
+         ahead ? run.v_tiles + ahead_at * run.v_tile_bytes : nullptr, run.v_tile_bytes},
+        static_cast<std::uint32_t>(e - b), state, pending, logits);
+    b = e;
   }
 }
 

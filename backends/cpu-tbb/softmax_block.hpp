@@ -138,10 +138,27 @@ class BlockAttention {
   void operator()(const float* q, const QuantizedQuery* q8, const RowBlock& k, const RowBlock& v,
                   std::uint32_t n, SoftmaxState& state, PendingValues& pending,
                   float* logits) const;
+  // Slots [begin, end) of a sequence whose keys and values are both read in place (neither side
+  // decoded to float32), page by page: page i's K and V tiles (codes, then their meta) are at
+  // k_tiles / v_tiles + pages[i] x the tile's bytes, and the tiles `ahead` pages on are asked
+  // for meanwhile. The same as operator() per page, with the walk's work done here, in a loop
+  // of its own (walked in the caller, around operator(), it was a tenth of an int4 call).
+  struct PageRun {
+    const std::byte* k_tiles;
+    const std::byte* v_tiles;
+    std::size_t k_tile_bytes, v_tile_bytes, k_code_bytes, v_code_bytes;
+    const std::uint32_t* pages;
+    std::uint32_t page_size;
+    std::uint64_t begin, end, ahead;
+  };
+  void operator()(const float* q, const QuantizedQuery* q8, const PageRun& run, SoftmaxState& state,
+                  PendingValues& pending, float* logits) const;
   // Adds the values waiting in `pending` to their state.
   void flush(PendingValues& pending) const;
 
  private:
+  void add(const float* q, const QuantizedQuery* q8, const RowBlock& k, const RowBlock& v,
+           std::uint32_t n, SoftmaxState& state, PendingValues& pending, float* logits) const;
   void portable(const float* q, const RowBlock& k, const RowBlock& v, std::uint32_t n,
                 SoftmaxState& state, float* logits) const;
 
