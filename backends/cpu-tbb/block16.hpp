@@ -33,10 +33,18 @@ inline constexpr float kExp2Polynomial[7] = {1.5403530393381606e-4f,
 // bound / 65534. With int8 codes (|c| <= 127) a block of 16 then errs by at most
 // 16 x 127 / 65534 x bound < bound / 32, while the rounding of its rows (half a step each) may
 // cost sum(weight x scale) / 2 >= bound / 2: the weights add at most 1/16 to the format's worst
-// case. The integer sums, exact, are scaled once per block. int4 values are rounded per span
-// (kSpanBlocks) against its largest weight times its largest scale: with codes <= 15 an output
-// element errs by at most 64 x 15 / 65534 (1.5%) of the largest step among the rows it reads.
+// case. The integer sums, exact, are scaled once per block.
 inline constexpr float kLargestCode = 32767.0f;
+
+// The AVX-512 int4 value pass rounds the weights times the group scales to bytes (vpdpbusd
+// takes four rows per instruction, twice vpdpwssd's two), per span (kSpanBlocks) against its
+// largest weight times its largest scale: each is off by at most half a unit, a unit being
+// 1/255 of that bound. The codes count from the middle of their range (|code - 8| <= 8) and what
+// the rounding adds to the weights is taken back, so a span's n rows err by at most
+// n x 4 / 255 of its largest weight times its largest step, and in practice, the roundings
+// being independent, by about 4% of it (sqrt(n / 12 x 21.5) units for n = 64): under a tenth
+// of int4's own loss, which rounds every element by up to half a step.
+inline constexpr float kLargestByteWeight = 255.0f;
 
 // The AVX-512 int4 value pass takes the blocks of a span of up to kSpanBlocks at once (from one
 // page or several), so that what it does per head and group (rounding bounds, minima sums,
@@ -45,8 +53,8 @@ inline constexpr float kLargestCode = 32767.0f;
 inline constexpr std::uint32_t kSpanBlocks = 4, kSpan = 16 * kSpanBlocks;
 
 // What the passes over a block read: q (float, or quantized for int8/int4 keys), 16 key rows
-// (zeros past n), n value rows (an even number for the integer passes: an odd block gets a row
-// of zeros), the tiles to prefetch, and the softmax state of the G heads.
+// (zeros past n), n value rows (for the integer passes, rows of zeros pad them to a multiple of
+// 4), the tiles to prefetch, and the softmax state of the G heads.
 struct Block16 {
   const float* q;
   const QuantizedQuery* q8;
@@ -69,8 +77,8 @@ struct Block16 {
 
 // Blocks whose value pass waits for their span to fill: the blocks, their weights ([G] rows of
 // kSpan), the reference m of each head their weights were made against (a later block may raise
-// it: BlockAttention::flush then brings the earlier weights to the new one) and, for odd blocks,
-// their value rows copied with a row of zeros after them.
+// it: BlockAttention::flush then brings the earlier weights to the new one) and, for blocks of
+// other than a multiple of 4 rows, their value rows copied with rows of zeros after them.
 struct PendingValues {
   Block16 blocks[kSpanBlocks];
   std::uint32_t count = 0;

@@ -332,12 +332,12 @@ __attribute__((always_inline)) inline void BlockAttention::add(
         block.k_meta = pad_meta;
       }
     }
-    // The integer value passes read rows in pairs: an odd block's rows are copied and followed
-    // by a row of zeros.
-    if (rows % 2 == 1 && integer_rows(values_)) {
+    // The integer value passes read rows in pairs or fours: a block of other sizes has its rows
+    // copied and followed by rows of zeros.
+    if (rows % 4 != 0 && integer_rows(values_)) {
       std::byte* padded = pending.padded[place];
       std::memcpy(padded, block.v, rows * value_bytes_);
-      std::memset(padded + rows * value_bytes_, 0, value_bytes_);
+      std::memset(padded + rows * value_bytes_, 0, (4 - rows % 4) * value_bytes_);
       block.v = padded;
     }
     key_pass_(block);

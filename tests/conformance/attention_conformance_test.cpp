@@ -4,10 +4,12 @@
 // across threads, and accumulated scores. Unused slots hold NaN, so a read of padding would show.
 // Kernels that round q to int8 (integer dot products) are checked against the rounded q and held to
 // a derived bound against q itself.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <random>
 #include <string>
 #include <string_view>
@@ -101,31 +103,90 @@ double format_tolerance(const FormatCase& format) {
   return 0.35;
 }
 
-// Whether the backend rounds q to int8 for integer dot products: cpu-tbb does for int8 keys and
-// int4 keys of every group size (every shape here has such a kernel), unless scores are accumulated
-// (they keep the float logits), with its AVX-512 kernels where the CPU also has VNNI and
-// KVCACHE_CPU_NO_VNNI is unset, and with its AVX2 kernels always. KVCACHE_CPU_ISA caps the
-// family (ctest runs the cpu-tbb cases with each). It then computes attention for round_query(q)
-// exactly.
-bool rounds_query(const std::string& backend, const std::string& format, bool scores) {
-  if (backend != "cpu-tbb" || (format != "int8-per-token" && format != "int4-group") || scores)
-    return false;
+// The CPU kernels cpu-tbb picks here: KVCACHE_CPU_ISA caps the family, KVCACHE_CPU_NO_VNNI and
+// KVCACHE_CPU_NO_VBMI take instructions away (ctest runs the cpu-tbb cases under each).
+struct CpuKernels {
+  bool avx2 = false, avx512 = false, vnni = false, vbmi = false;
+};
+CpuKernels cpu_tbb_kernels() {
+  CpuKernels k;
 #if defined(__x86_64__) || defined(__i386__)
   const auto set = [](const char* variable) {
     const char* value = std::getenv(variable);
     return value != nullptr && *value != '\0' && std::string_view(value) != "0";
   };
   const std::string_view cap = set("KVCACHE_CPU_ISA") ? std::getenv("KVCACHE_CPU_ISA") : "";
-  const bool avx2 = cap != "portable" && __builtin_cpu_supports("avx2") &&
-                    __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  const bool avx512 = avx2 && cap != "avx2" && __builtin_cpu_supports("avx512f") &&
-                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
-                      __builtin_cpu_supports("avx512vl");
-  if (avx512) return __builtin_cpu_supports("avx512vnni") && !set("KVCACHE_CPU_NO_VNNI");
-  return avx2;
-#else
-  return false;
+  k.avx2 = cap != "portable" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+  k.avx512 = k.avx2 && cap != "avx2" && __builtin_cpu_supports("avx512f") &&
+             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl");
+  k.vnni = k.avx512 && __builtin_cpu_supports("avx512vnni") && !set("KVCACHE_CPU_NO_VNNI");
+  k.vbmi = k.avx512 && __builtin_cpu_supports("avx512vbmi") && !set("KVCACHE_CPU_NO_VBMI");
 #endif
+  return k;
+}
+
+// Whether the backend rounds q to int8 for integer dot products: cpu-tbb does for int8 keys and
+// int4 keys of every group size (every shape here has such a kernel), unless scores are accumulated
+// (they keep the float logits), with its AVX-512 kernels where the CPU also has VNNI, and with its
+// AVX2 kernels always. It then computes attention for round_query(q) exactly.
+bool rounds_query(const std::string& backend, const std::string& format, bool scores) {
+  if (backend != "cpu-tbb" || (format != "int8-per-token" && format != "int4-group") || scores)
+    return false;
+  const CpuKernels k = cpu_tbb_kernels();
+  return k.avx512 ? k.vnni : k.avx2;
+}
+
+// Whether the backend rounds the weights of int4 values to bytes: cpu-tbb's AVX-512 int4 value
+// pass does (head_dim 64 or 128, with VNNI and VBMI; see its kLargestByteWeight).
+bool rounds_weights(const std::string& backend, const std::string& format, std::uint32_t dim) {
+  const CpuKernels k = cpu_tbb_kernels();
+  return backend == "cpu-tbb" && format == "int4-group" && (dim == 64 || dim == 128) && k.vnni &&
+         k.vbmi;
+}
+
+// The most byte weights can move an output element of a query head: each of the n visible rows'
+// weights is off by at most half of 1/255 of the largest weight times the largest step, against
+// a code at most 8 from the middle of its range, so by n x 4 / 255 x the largest softmax weight x
+// the largest step among the visible rows' groups of the head's KV head. A stored group spans 15
+// steps (its elements' codes run from 0 to 15). keys, values: [rows][kv_heads][dim].
+double weight_rounding_bound(std::span<const float> q_head, std::span<const float> keys,
+                             std::span<const float> values, std::uint32_t kv_heads,
+                             std::uint32_t kv_head, std::uint32_t group,
+                             std::span<const std::size_t> visible, double scale) {
+  const std::size_t dim = q_head.size();
+  std::vector<double> logits;
+  double top_step = 0.0;
+  for (const std::size_t t : visible) {
+    const float* k = keys.data() + (t * kv_heads + kv_head) * dim;
+    const float* v = values.data() + (t * kv_heads + kv_head) * dim;
+    double dot = 0.0;
+    for (std::size_t i = 0; i < dim; ++i) dot += double{q_head[i]} * k[i];
+    logits.push_back(scale * dot);
+    for (std::size_t g = 0; g < dim; g += group) {
+      const auto [low, high] = std::minmax_element(v + g, v + g + group);
+      top_step = std::max(top_step, double{*high - *low} / 15.0);
+    }
+  }
+  if (logits.empty()) return 0.0;
+  const double top = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (const double l : logits) sum += std::exp(l - top);
+  return static_cast<double>(visible.size()) * 4.0 / 255.0 / sum * top_step;
+}
+
+// The slots whose positions one of the ranges holds.
+std::vector<std::size_t> visible_slots(std::span<const Position> positions,
+                                       std::span<const PositionRange> ranges) {
+  std::vector<std::size_t> slots;
+  for (std::size_t t = 0; t < positions.size(); ++t)
+    for (const PositionRange& r : ranges)
+      if (positions[t] >= r.begin && positions[t] < r.end) {
+        slots.push_back(t);
+        break;
+      }
+  return slots;
 }
 
 constexpr std::size_t kQueryChunk = 64;
@@ -279,19 +340,35 @@ class AttentionConformance : public ::testing::TestWithParam<AttentionCase> {
         // A kernel that rounds q is held to 1e-3 against the reference for the rounded q, and to
         // a bound derived from the rounding against the reference for q itself: logits move by
         // at most e per head, so each weight p_t by a factor within exp(+-2e) and an output
-        // element by at most (exp(2e) - 1) x sum_t p_t |v_t| (the reference over |v|).
-        std::vector<float> exact = want, slack(qh * dim_, 0.0f);
-        if (rounds_query(GetParam().backend, GetParam().format.name, scores)) {
+        // element by at most (exp(2e) - 1) x sum_t p_t |v_t| (the reference over |v|). A kernel
+        // that rounds the weights may err by weight_rounding_bound more (times exp(2e), the most
+        // rounding q raises the largest weight by), against either.
+        std::vector<float> exact = want, slack(qh * dim_, 0.0f), weight_slack(qh * dim_, 0.0f);
+        const bool rounded_q = rounds_query(GetParam().backend, GetParam().format.name, scores);
+        std::vector<float> mean_abs_v(qh * dim_);
+        if (rounded_q) {
           reference::attention(rs, round_query(qrow), k, v, positions[i], r, scale, exact);
-          std::vector<float> abs_v(v.size()), mean_abs_v(qh * dim_);
+          std::vector<float> abs_v(v.size());
           for (std::size_t e = 0; e < v.size(); ++e) abs_v[e] = std::fabs(v[e]);
           reference::attention(rs, qrow, k, abs_v, positions[i], r, scale, mean_abs_v);
-          for (std::uint32_t h = 0; h < qh; ++h) {
-            const double e =
-                query_rounding_bound(qrow.subspan(h * dim_, dim_), k, kvh, h / (qh / kvh), scale);
-            for (std::uint32_t d = 0; d < dim_; ++d)
-              slack[h * dim_ + d] =
-                  static_cast<float>(std::expm1(2.0 * e) * mean_abs_v[h * dim_ + d]);
+        }
+        const bool rounded_weights =
+            rounds_weights(GetParam().backend, GetParam().format.name, dim_);
+        const std::vector<std::size_t> visible = visible_slots(positions[i], r);
+        for (std::uint32_t h = 0; h < qh; ++h) {
+          const std::span<const float> q_head = qrow.subspan(h * dim_, dim_);
+          const std::uint32_t kv_head = h / (qh / kvh);
+          const double e = rounded_q ? query_rounding_bound(q_head, k, kvh, kv_head, scale) : 0.0;
+          const double w = rounded_weights ? std::exp(2.0 * e) *
+                                                 weight_rounding_bound(
+                                                     q_head, k, v, kvh, kv_head,
+                                                     GetParam().format.options.value("group", 32u),
+                                                     visible, scale)
+                                           : 0.0;
+          for (std::uint32_t d = 0; d < dim_; ++d) {
+            weight_slack[h * dim_ + d] = static_cast<float>(w);
+            slack[h * dim_ + d] =
+                static_cast<float>(std::expm1(2.0 * e) * mean_abs_v[h * dim_ + d] + w);
           }
         }
         const auto& ok = original_k_[{ids[i], layer}];
@@ -300,7 +377,7 @@ class AttentionConformance : public ::testing::TestWithParam<AttentionCase> {
           reference::attention(rs, qrow, ok, ov, positions[i], r, scale, loose);
         for (std::size_t e = 0; e < want.size(); ++e) {
           const float got = out[qi * qh * dim_ + e];
-          ASSERT_NEAR(got, exact[e], 1e-3 + 1e-3 * std::fabs(exact[e]))
+          ASSERT_NEAR(got, exact[e], 1e-3 + 1e-3 * std::fabs(exact[e]) + weight_slack[e])
               << mask_name << " seq " << i << " query " << j << " element " << e;
           ASSERT_NEAR(got, want[e], 1e-3 + 1e-3 * std::fabs(want[e]) + slack[e])
               << mask_name << " seq " << i << " query " << j << " element " << e;
@@ -583,8 +660,9 @@ TEST(AttentionOutputs, RejectsMalformedRequests) {
 
 // Quantized values with fp16 keys (q is not rounded), under weights from uniform (q = 0) to
 // sharply peaked (q x 40: within a block one token takes nearly all), so that a kernel rounding
-// the weights of a block (cpu-tbb: to int16 against the block's largest) is seen at both ends:
-// 1e-3 against the reference over the stored values, head_dim 128, a ragged 301 tokens.
+// the weights of a block (cpu-tbb: to int16 against the block's largest, int4 values with
+// AVX-512 to bytes against a span's) is seen at both ends: 1e-3 against the reference over the
+// stored values (plus weight_rounding_bound for byte weights), head_dim 128, a ragged 301 tokens.
 TEST(AttentionOutputs, QuantizedValuesUnderUniformAndPeakedWeights) {
   for (const std::string& backend : backend_names()) {
     for (const std::string v_format : {"int8-per-token", "int4-group", "fp8-e4m3"}) {
@@ -626,9 +704,18 @@ TEST(AttentionOutputs, QuantizedValuesUnderUniformAndPeakedWeights) {
         attention->decode(*store, request);
         reference::attention({8, 2, 128}, q, stored_k, stored_v, positions, ranges,
                              1.0f / std::sqrt(128.0f), want);
-        for (std::size_t e = 0; e < want.size(); ++e)
-          ASSERT_NEAR(out[e], want[e], 1e-3 + 1e-3 * std::fabs(want[e]))
-              << backend << " " << v_format << " x" << sharpness << " element " << e;
+        std::vector<std::size_t> all(n);
+        std::iota(all.begin(), all.end(), std::size_t{0});
+        for (std::uint32_t h = 0; h < 8; ++h) {
+          const double slack =
+              rounds_weights(backend, v_format, 128)
+                  ? weight_rounding_bound(std::span<const float>(q).subspan(h * 128, 128), stored_k,
+                                          stored_v, 2, h / 4, 32, all, 1.0 / std::sqrt(128.0))
+                  : 0.0;
+          for (std::size_t e = h * 128; e < (h + 1) * 128; ++e)
+            ASSERT_NEAR(out[e], want[e], 1e-3 + 1e-3 * std::fabs(want[e]) + slack)
+                << backend << " " << v_format << " x" << sharpness << " element " << e;
+        }
       }
     }
   }

@@ -56,15 +56,6 @@ KVCACHE_AVX512 KVCACHE_INLINE void store_codes(__m512 scaled, std::int16_t* code
                      _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(scaled)));
 }
 
-// The codes of two blocks' weights (16 each, scaled as for store_codes) in one narrowing, in
-// token order: the pack interleaves them per 128-bit lane, a qword permute puts them back.
-KVCACHE_AVX512 KVCACHE_INLINE void store_code_pair(__m512 first, __m512 second,
-                                                   std::int16_t* codes) {
-  const __m512i packed = _mm512_packs_epi32(_mm512_cvtps_epi32(first), _mm512_cvtps_epi32(second));
-  _mm512_store_si512(codes,
-                     _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), packed));
-}
-
 // acc + a's int16 pairs times w's (vpdpwssd; the weights are broadcast once and used for every
 // chunk of the rows). In inline assembly because GCC 12 copies an accumulator updated by the
 // intrinsic in a loop to another register and back at every step; by value, because with the
@@ -100,7 +91,7 @@ struct CodeWords {
   }
 };
 inline constexpr CodeWords kCodeWords;
-inline constexpr __mmask64 kHighBytes = 0xAAAAAAAAAAAAAAAA, kLowBytes = ~kHighBytes;
+inline constexpr __mmask64 kHighBytes = 0xAAAAAAAAAAAAAAAA;
 
 // int8 values: per head, the weights times the row scales rounded against their largest; H
 // vectors of the rows per pass so that the G x H int32 sums stay in registers.
@@ -148,32 +139,56 @@ KVCACHE_VBMI void values16_int8(const Block16& b) {
   }
 }
 
-// int4 rows: vpermb indices over [row j: groups 2p, 2p + 1][row j + 1: the same] (16 bytes per
-// group; index[s] for group 2p + s) that put byte order(i) of the group of both rows in the low
-// bytes of lane i's two words (zeros above): the low nibbles (the group's even elements) are
-// then an and away and the high ones (odd elements) a shift. order is chosen so that
-// interleaving the lanes of the even and odd sums (unpacklo/hi_epi32) gives the group's elements
-// 0..15 and 16..31 in order.
-struct NibbleWords {
+// int4 rows, four at a time: vpermb indices over [row j: chunks 2p, 2p + 1][row j + 1: the same]
+// (16 bytes per chunk; index[s] for chunk 2p + s) that put byte order(i) of the chunk of both
+// rows in bytes 0 and 1 of lane i; the same indices, merged into bytes 2 and 3 from rows j + 2
+// and j + 3, complete the lane's four rows for vpdpbusd. The low nibbles (the chunk's even
+// elements) are then an and away and the high ones (odd elements) a shift and an and. order is
+// chosen so that interleaving the lanes of the even and odd sums (unpacklo/hi_epi32) gives the
+// chunk's elements 0..15 and 16..31 in order.
+struct NibbleQuads {
   alignas(64) std::int8_t index[2][64];
-  constexpr NibbleWords() : index{} {
+  constexpr NibbleQuads() : index{} {
     for (int s = 0; s < 2; ++s)
       for (int i = 0; i < 16; ++i) {
         const int quarter = i / 4, r = i % 4;
         const int order = r < 2 ? 2 * quarter + r : 8 + 2 * quarter + r - 2;
-        index[s][4 * i] = static_cast<std::int8_t>(16 * s + order);
-        index[s][4 * i + 2] = static_cast<std::int8_t>(32 + 16 * s + order);
+        index[s][4 * i] = index[s][4 * i + 2] = static_cast<std::int8_t>(16 * s + order);
+        index[s][4 * i + 1] = index[s][4 * i + 3] = static_cast<std::int8_t>(32 + 16 * s + order);
       }
   }
 };
-inline constexpr NibbleWords kNibbleWords;
+inline constexpr NibbleQuads kNibbleQuads;
+inline constexpr __mmask64 kUpperWordBytes = 0xCCCCCCCCCCCCCCCC;
 
-// int4 values in groups of S = 32, 64 or 128 elements, the blocks of a span at once: per (head,
-// group) the weights times the group's scales, rounded against the head's largest weight times
-// the group's largest scale in the span; the minima times the weights make one sum per (head,
-// group), added to the group's elements. The rows go through in chunks of 32 elements (one byte
-// permute per pair of rows), in passes small enough that each (head, chunk)'s even and odd sums
-// stay in registers.
+// acc + the products of w's unsigned bytes and a's signed ones, four per 32-bit lane
+// (vpdpbusd); inline assembly and by value for the reasons given at dpwssd.
+KVCACHE_AVX512 KVCACHE_INLINE __m512i dpbusd(__m512i acc, __m512i w, __m512i a) {
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(a));
+  return acc;
+}
+
+// The byte weights of four blocks (16 each, scaled to at most kLargestByteWeight) in token order:
+// two packs interleave them per 128-bit lane, a dword permute puts them back.
+KVCACHE_AVX512 KVCACHE_INLINE __m512i byte_weights(const __m512 scaled[kSpanBlocks]) {
+  static_assert(kSpanBlocks == 4);
+  const __m512i words[2] = {
+      _mm512_packs_epi32(_mm512_cvtps_epi32(scaled[0]), _mm512_cvtps_epi32(scaled[1])),
+      _mm512_packs_epi32(_mm512_cvtps_epi32(scaled[2]), _mm512_cvtps_epi32(scaled[3]))};
+  return _mm512_permutexvar_epi32(
+      _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15),
+      _mm512_packus_epi16(words[0], words[1]));
+}
+
+// int4 values in groups of S = 32, 64 or 128 elements, the blocks of a span at once, in integer
+// dot products of byte weights and four rows' codes (vpdpbusd). Per (head, group) the weights
+// times the group's scales are rounded to bytes against the head's largest weight times the
+// group's largest scale in the span (see kLargestByteWeight); the codes count from the middle
+// of their range (code - 8), so the rounding errs around zero instead of losing the weights
+// rounded away: the minima and 8 x the scales times the weights, less 8 x what the rounded
+// weights add up to, make one sum per (head, group), added to the group's elements. The rows go
+// through in chunks of 32 elements (two byte permutes per four rows), in passes small enough
+// that each (head, chunk)'s even and odd sums stay in registers.
 template <int G, int D, int S>
 KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t count) {
   static_assert(D == 64 || D == 128);
@@ -182,11 +197,11 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t count) {
   GroupParams<Groups> params[kSpanBlocks];
   for (std::uint32_t k = 0; k < count; ++k)
     params[k] = group_params<Groups>(blocks[k].v_meta, blocks[k].n);
-  alignas(64) std::int16_t codes[G][Groups][kSpan];
+  alignas(64) std::uint8_t weights[G][Groups][kSpan];
   float unit[G][Groups];
   alignas(64) float minimum_sum[(G * Groups + 15) / 16 * 16];
   {
-    // Weights scaled to at most kLargestCode per head, scales to at most 1 per group.
+    // Weights scaled to at most kLargestByteWeight per head, scales to at most 1 per group.
     float top_scale[Groups];
     __m512 reciprocal_top_scale[Groups];
     for (int i = 0; i < Groups; ++i) {
@@ -197,13 +212,19 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t count) {
       top_scale[i] = _mm512_cvtss_f32(top);
     }
     // The scales relative to their group's largest, and (below) each head's weights relative
-    // to its largest times kLargestCode: their products are the codes.
-    __m512 relative[kSpanBlocks][Groups];
-    for (std::uint32_t k = 0; k < count; ++k)
-      for (int i = 0; i < Groups; ++i)
-        relative[k][i] = _mm512_mul_ps(params[k].scale[i], reciprocal_top_scale[i]);
-    if (count % 2 == 1)  // the last block pairs with an empty one
-      for (int i = 0; i < Groups; ++i) relative[count][i] = _mm512_setzero_ps();
+    // to its largest times kLargestByteWeight: their products are the byte weights. Blocks past
+    // count weigh nothing.
+    __m512 relative[kSpanBlocks][Groups], middle[kSpanBlocks][Groups];
+    for (std::uint32_t k = 0; k < kSpanBlocks; ++k)
+      for (int i = 0; i < Groups; ++i) {
+        relative[k][i] = k < count ? _mm512_mul_ps(params[k].scale[i], reciprocal_top_scale[i])
+                                   : _mm512_setzero_ps();
+        // What code 8 stands for.
+        if (k < count)
+          middle[k][i] =
+              _mm512_fmadd_ps(params[k].scale[i], _mm512_set1_ps(8.0f), params[k].minimum[i]);
+      }
+    const __m512i ones = _mm512_set1_epi8(1);
     __m512 terms[(G * Groups + 15) / 16 * 16];
     for (int g = 0; g < G; ++g) {
       __m512 w[kSpanBlocks];
@@ -211,20 +232,24 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t count) {
       for (std::uint32_t k = 1; k < count; ++k)
         top = _mm512_max_ps(top, w[k] = _mm512_load_ps(blocks[k].weight + kSpan * g));
       top = broadcast_max(top);
-      const __m512 factor = _mm512_mul_ps(reciprocal(top), _mm512_set1_ps(kLargestCode));
+      const __m512 factor = _mm512_mul_ps(reciprocal(top), _mm512_set1_ps(kLargestByteWeight));
       __m512 scaled[kSpanBlocks];
-      for (std::uint32_t k = 0; k < count; ++k) scaled[k] = _mm512_mul_ps(w[k], factor);
-      if (count % 2 == 1) scaled[count] = _mm512_setzero_ps();
-      const float unit_of_weights = _mm512_cvtss_f32(top) / kLargestCode;
+      for (std::uint32_t k = 0; k < kSpanBlocks; ++k)
+        scaled[k] = k < count ? _mm512_mul_ps(w[k], factor) : _mm512_setzero_ps();
+      const float unit_of_weights = _mm512_cvtss_f32(top) / kLargestByteWeight;
       for (int i = 0; i < Groups; ++i) {
-        __m512 minimum = _mm512_setzero_ps();
-        for (std::uint32_t k = 0; k < count; ++k)
-          minimum = _mm512_fmadd_ps(w[k], params[k].minimum[i], minimum);
-        for (std::uint32_t k = 0; k < count; k += 2)
-          store_code_pair(_mm512_mul_ps(scaled[k], relative[k][i]),
-                          _mm512_mul_ps(scaled[k + 1], relative[k + 1][i]), codes[g][i] + 16 * k);
+        __m512 sum = _mm512_setzero_ps();
+        for (std::uint32_t k = 0; k < count; ++k) sum = _mm512_fmadd_ps(w[k], middle[k][i], sum);
+        __m512 product[kSpanBlocks];
+        for (std::uint32_t k = 0; k < kSpanBlocks; ++k)
+          product[k] = _mm512_mul_ps(scaled[k], relative[k][i]);
+        const __m512i bytes = byte_weights(product);
+        _mm512_store_si512(weights[g][i], bytes);
         unit[g][i] = unit_of_weights * top_scale[i];
-        terms[g * Groups + i] = minimum;
+        const __m512 rounded_sum =
+            _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), bytes, ones));
+        terms[g * Groups + i] =
+            _mm512_fnmadd_ps(rounded_sum, _mm512_set1_ps(8.0f * unit[g][i]), sum);
       }
     }
     if constexpr (G * Groups < 16) {  // fewer sums than a network's 16: one by one
@@ -236,10 +261,10 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t count) {
                         _mm512_permutexvar_ps(lane_of_slot, sum_lanes16<AddFloats>(terms + i)));
     }
   }
-  const __m512i index[2] = {_mm512_load_si512(kNibbleWords.index[0]),
-                            _mm512_load_si512(kNibbleWords.index[1])};
-  const __m512i nibble = _mm512_set1_epi16(0x0F);
-  // Unrolled, so that each weight pair's place is a constant distance from `pairs`.
+  const __m512i index[2] = {_mm512_load_si512(kNibbleQuads.index[0]),
+                            _mm512_load_si512(kNibbleQuads.index[1])};
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  // Unrolled, so that each weight quad's place is a constant distance from `quads`.
 #pragma GCC unroll 4
   for (int first = 0; first < Chunks; first += P) {
     __m512i even[G][P], odd[G][P];
@@ -248,24 +273,28 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t count) {
     for (std::uint32_t k = 0; k < count; ++k) {
       const Block16& b = blocks[k];
       const auto* v = static_cast<const std::byte*>(b.v);
-      for (std::uint32_t j = 0; j < b.n; j += 2) {
-        if (first == 0) prefetch_shares(b, kShares / 2 + j, 2);
-        // The weight pair of rows j, j + 1 of head g's group: at a fixed distance from here.
-        const std::int16_t* pairs = &codes[0][0][0] + 16 * k + j;
-        __m512i bytes;
+      for (std::uint32_t j = 0; j < b.n; j += 4) {
+        if (first == 0) prefetch_shares(b, kShares / 2 + j, 4);
+        // The byte weights of rows j..j + 3 for head g's group: at a fixed distance from here.
+        const std::uint8_t* quads = &weights[0][0][0] + 16 * k + j;
+        __m512i front, back;
         for (int i = 0; i < P; ++i) {
           const int chunk = first + i, group = chunk * 32 / S;
-          if (i == 0 || chunk % 2 == 0)
-            bytes = row_pair_bytes<D / 2>(v, j, 16 * (chunk - chunk % 2));
-          const __m512i words = _mm512_maskz_permutexvar_epi8(kLowBytes, index[chunk % 2], bytes);
-          const __m512i low = _mm512_and_si512(words, nibble);
-          const __m512i high = _mm512_srli_epi16(words, 4);
+          if (i == 0 || chunk % 2 == 0) {
+            front = row_pair_bytes<D / 2>(v, j, 16 * (chunk - chunk % 2));
+            back = row_pair_bytes<D / 2>(v, j + 2, 16 * (chunk - chunk % 2));
+          }
+          const __m512i bytes =
+              _mm512_mask_permutexvar_epi8(_mm512_permutexvar_epi8(index[chunk % 2], front),
+                                           kUpperWordBytes, index[chunk % 2], back);
+          const __m512i low = _mm512_and_si512(bytes, nibble);
+          const __m512i high = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nibble);
           for (int g = 0; g < G; ++g) {
             // One broadcast for both halves (and for the chunks of a group).
-            const __m512i pair = _mm512_set1_epi32(
-                *reinterpret_cast<const AliasedWord*>(pairs + (g * Groups + group) * kSpan));
-            even[g][i] = dpwssd(even[g][i], low, pair);
-            odd[g][i] = dpwssd(odd[g][i], high, pair);
+            const __m512i quad = _mm512_set1_epi32(
+                *reinterpret_cast<const AliasedWord*>(quads + (g * Groups + group) * kSpan));
+            even[g][i] = dpbusd(even[g][i], quad, low);
+            odd[g][i] = dpbusd(odd[g][i], quad, high);
           }
         }
       }
