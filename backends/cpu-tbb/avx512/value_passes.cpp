@@ -168,16 +168,15 @@ KVCACHE_AVX512 KVCACHE_INLINE __m512i dpbusd(__m512i acc, __m512i w, __m512i a) 
   return acc;
 }
 
-// The byte weights of four blocks (16 each, scaled to at most kLargestByteWeight) in token order:
-// two packs interleave them per 128-bit lane, a dword permute puts them back.
+// The byte weights of four blocks (16 each, scaled to at most kLargestByteWeight), as two packs
+// leave them: 128-bit lane L holds rows 4L..4L + 3 of block 0, then of blocks 1, 2 and 3, so the
+// four weights of rows j..j + 3 (j a multiple of 4) of block k sit at byte 4 x (j + k).
 KVCACHE_AVX512 KVCACHE_INLINE __m512i byte_weights(const __m512 scaled[kSpanBlocks]) {
   static_assert(kSpanBlocks == 4);
   const __m512i words[2] = {
       _mm512_packs_epi32(_mm512_cvtps_epi32(scaled[0]), _mm512_cvtps_epi32(scaled[1])),
       _mm512_packs_epi32(_mm512_cvtps_epi32(scaled[2]), _mm512_cvtps_epi32(scaled[3]))};
-  return _mm512_permutexvar_epi32(
-      _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15),
-      _mm512_packus_epi16(words[0], words[1]));
+  return _mm512_packus_epi16(words[0], words[1]);
 }
 
 // int4 values in groups of S = 32, 64 or 128 elements, the blocks of a span at once, in integer
@@ -276,7 +275,7 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t count) {
       for (std::uint32_t j = 0; j < b.n; j += 4) {
         if (first == 0) prefetch_shares(b, kShares / 2 + j, 4);
         // The byte weights of rows j..j + 3 for head g's group: at a fixed distance from here.
-        const std::uint8_t* quads = &weights[0][0][0] + 16 * k + j;
+        const std::uint8_t* quads = &weights[0][0][0] + 4 * (j + k);
         __m512i front, back;
         for (int i = 0; i < P; ++i) {
           const int chunk = first + i, group = chunk * 32 / S;
