@@ -69,6 +69,12 @@ bool has_vbmi() {
   return yes;
 }
 
+bool has_gfni() {
+  static const bool yes =
+      has_avx512() && __builtin_cpu_supports("gfni") != 0 && !set("KVCACHE_CPU_NO_GFNI");
+  return yes;
+}
+
 const char* kernel_family() {
   switch (vector_isa()) {
     case VectorIsa::avx512:

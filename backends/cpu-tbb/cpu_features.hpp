@@ -1,9 +1,11 @@
 // Which vector kernels the CPU backend may use, decided once per process from what the CPU has
-// and two variables (so that every family can be tested on one machine):
+// and four variables (so that every family can be tested on one machine):
 //   KVCACHE_CPU_ISA=avx512|avx2|portable  the widest family allowed (never wider than the CPU's)
 //   KVCACHE_CPU_NO_VNNI=1                 no integer dot-product instructions
 //   KVCACHE_CPU_NO_VBMI=1                 no AVX-512 byte permutes (int8 and int4 values then
 //                                         decoded to float, as on CPUs without them)
+//   KVCACHE_CPU_NO_GFNI=1                 no GF(2) affine byte transforms (int4 nibbles then
+//                                         taken apart by shifts, as on CPUs without them)
 #pragma once
 
 namespace kvcache::cpu {
@@ -23,6 +25,10 @@ bool has_vnni();
 // Whether the avx512 family may permute bytes (AVX512_VBMI: every AVX-512 CPU with VNNI but
 // Cascade and Cooper Lake), which its int8 and int4 value passes need.
 bool has_vbmi();
+
+// Whether the avx512 family may use GFNI's affine byte transform (every AVX-512 CPU with VBMI
+// but Cannon Lake), which takes an int4 code's high nibble in one instruction instead of two.
+bool has_gfni();
 
 // The kernels in use, as a user reads them: "avx512-vnni", "avx512", "avx2-vnni", "avx2" or
 // "portable".

@@ -160,7 +160,7 @@ KVCACHE_VNNI void keys16_int8(const Block16& b) {
 // the query's even and odd codes. The integer sums run over units of 32 elements (S = 32) or 64
 // (a query chunk, whose step they share, inside one group); per (head, unit) the sum times the
 // group's scale and the chunk's step, plus the group's minimum times step x the query codes' sum.
-template <int G, int D, int S>
+template <int G, int D, int S, bool Gfni>
 KVCACHE_VNNI void keys16_int4(const Block16& b) {
   static_assert(D == 64 || D == 128);
   static_assert(S == 32 || S == 64 || S == 128);
@@ -179,7 +179,7 @@ KVCACHE_VNNI void keys16_int4(const Block16& b) {
     __m512i even[4 * Unit], odd[4 * Unit];
     for (int c = 0; c < 4 * Unit; ++c) {
       even[c] = _mm512_and_si512(column[4 * first + c], nibble);
-      odd[c] = _mm512_and_si512(_mm512_srli_epi16(column[4 * first + c], 4), nibble);
+      odd[c] = high_nibbles<Gfni>(column[4 * first + c]);
     }
     for (int g = 0; g < G; ++g) {
       const std::int8_t* codes = q8.codes.data() + g * D + 16 * first;
@@ -206,10 +206,13 @@ KVCACHE_KERNELS_END
 }  // namespace
 
 Pass16 key_pass(std::uint32_t group, std::uint32_t dim, Rows keys) {
-  return for_shape(group, dim, [keys]<int G, int D>() {
+  const bool gfni = has_gfni();
+  return for_shape(group, dim, [keys, gfni]<int G, int D>() {
     return for_kind<D>(
         keys, []<Rows R>() -> Pass16 { return &keys16<G, D, R>; }, &keys16_int8<G, D>,
-        []<int S>() -> Pass16 { return &keys16_int4<G, D, S>; });
+        [gfni]<int S>() -> Pass16 {
+          return gfni ? &keys16_int4<G, D, S, true> : &keys16_int4<G, D, S, false>;
+        });
   });
 }
 

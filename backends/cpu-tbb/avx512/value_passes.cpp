@@ -143,7 +143,7 @@ KVCACHE_VBMI void values16_int8(const Block16& b) {
 // (16 bytes per chunk; index[s] for chunk 2p + s) that put byte order(i) of the chunk of both
 // rows in bytes 0 and 1 of lane i; the same indices, merged into bytes 2 and 3 from rows j + 2
 // and j + 3, complete the lane's four rows for vpdpbusd. The low nibbles (the chunk's even
-// elements) are then an and away and the high ones (odd elements) a shift and an and. order is
+// elements) are then an and away and the high ones (odd elements) high_nibbles. order is
 // chosen so that interleaving the lanes of the even and odd sums (unpacklo/hi_epi32) gives the
 // chunk's elements 0..15 and 16..31 in order.
 struct NibbleQuads {
@@ -188,7 +188,7 @@ KVCACHE_AVX512 KVCACHE_INLINE __m512i byte_weights(const __m512 scaled[kSpanBloc
 // weights add up to, make one sum per (head, group), added to the group's elements. The rows go
 // through in chunks of 32 elements (two byte permutes per four rows), in passes small enough
 // that each (head, chunk)'s even and odd sums stay in registers.
-template <int G, int D, int S>
+template <int G, int D, int S, bool Gfni>
 KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t count) {
   static_assert(D == 64 || D == 128);
   constexpr int Groups = D / S, Chunks = D / 32;
@@ -287,7 +287,7 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t count) {
               _mm512_mask_permutexvar_epi8(_mm512_permutexvar_epi8(index[chunk % 2], front),
                                            kUpperWordBytes, index[chunk % 2], back);
           const __m512i low = _mm512_and_si512(bytes, nibble);
-          const __m512i high = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nibble);
+          const __m512i high = high_nibbles<Gfni>(bytes);
           for (int g = 0; g < G; ++g) {
             // One broadcast for both halves (and for the chunks of a group).
             const __m512i quad = _mm512_set1_epi32(
@@ -321,12 +321,15 @@ KVCACHE_KERNELS_END
 
 ValuePass value_pass(std::uint32_t group, std::uint32_t dim, Rows values) {
   // Without byte permutes, int8 and int4 values are decoded to float32.
-  const bool vbmi = has_vbmi();
-  return for_shape<ValuePass>(group, dim, [values, vbmi]<int G, int D>() {
+  const bool vbmi = has_vbmi(), gfni = has_gfni();
+  return for_shape<ValuePass>(group, dim, [values, vbmi, gfni]<int G, int D>() {
     return for_kind<D, ValuePass>(
         values, []<Rows R>() -> ValuePass { return &each_block<&values16<G, D, R>>; },
         vbmi ? &each_block<&values16_int8<G, D>> : nullptr,
-        [vbmi]<int S>() -> ValuePass { return vbmi ? &values_int4<G, D, S> : nullptr; });
+        [vbmi, gfni]<int S>() -> ValuePass {
+          if (!vbmi) return nullptr;
+          return gfni ? &values_int4<G, D, S, true> : &values_int4<G, D, S, false>;
+        });
   });
 }
 
