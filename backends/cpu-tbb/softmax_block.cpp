@@ -385,7 +385,16 @@ void BlockAttention::flush(PendingValues& pending) const {
         float* w = pending.weight + std::size_t{kSpan} * g + 16 * k;
         for (std::uint32_t j = 0; j < 16; ++j) w[j] *= correction;
       }
-  value_pass_(pending.blocks, pending.count);
+  // A span's pass takes whole spans: the last is padded with blocks of no rows and no weight.
+  for (std::uint32_t k = pending.count; k < span_; ++k) {
+    Block16& empty = pending.blocks[k];
+    empty = pending.blocks[0];
+    empty.n = 0;
+    empty.weight = pending.weight + 16 * k;
+    for (std::uint32_t g = 0; g < group_; ++g)
+      std::fill_n(empty.weight + std::size_t{kSpan} * g, 16, 0.0f);
+  }
+  value_pass_(pending.blocks, span_);
   pending.count = 0;
 }
 

@@ -189,12 +189,14 @@ KVCACHE_AVX512 KVCACHE_INLINE __m512i byte_weights(const __m512 scaled[kSpanBloc
 // through in chunks of 32 elements (two byte permutes per four rows), in passes small enough
 // that each (head, chunk)'s even and odd sums stay in registers.
 template <int G, int D, int S, bool Gfni>
-KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t count) {
+// Takes whole spans (BlockAttention::flush pads the last with empty blocks), so that the loops
+// over a span's blocks have fixed trip counts.
+KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t /*kSpanBlocks*/) {
   static_assert(D == 64 || D == 128);
   constexpr int Groups = D / S, Chunks = D / 32;
   constexpr int P = Chunks < 8 / G ? Chunks : 8 / G;  // chunks per pass: 2 x G x P sums
   GroupParams<Groups> params[kSpanBlocks];
-  for (std::uint32_t k = 0; k < count; ++k)
+  for (std::uint32_t k = 0; k < kSpanBlocks; ++k)
     params[k] = group_params<Groups>(blocks[k].v_meta, blocks[k].n);
   alignas(64) std::uint8_t weights[G][Groups][kSpan];
   float unit[G][Groups];
@@ -205,40 +207,37 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t count) {
     __m512 reciprocal_top_scale[Groups];
     for (int i = 0; i < Groups; ++i) {
       __m512 top = params[0].scale[i];
-      for (std::uint32_t k = 1; k < count; ++k) top = _mm512_max_ps(top, params[k].scale[i]);
+      for (std::uint32_t k = 1; k < kSpanBlocks; ++k) top = _mm512_max_ps(top, params[k].scale[i]);
       top = broadcast_max(top);
       reciprocal_top_scale[i] = reciprocal(top);
       top_scale[i] = _mm512_cvtss_f32(top);
     }
     // The scales relative to their group's largest, and (below) each head's weights relative
-    // to its largest times kLargestByteWeight: their products are the byte weights. Blocks past
-    // count weigh nothing.
+    // to its largest times kLargestByteWeight: their products are the byte weights.
     __m512 relative[kSpanBlocks][Groups], middle[kSpanBlocks][Groups];
     for (std::uint32_t k = 0; k < kSpanBlocks; ++k)
       for (int i = 0; i < Groups; ++i) {
-        relative[k][i] = k < count ? _mm512_mul_ps(params[k].scale[i], reciprocal_top_scale[i])
-                                   : _mm512_setzero_ps();
+        relative[k][i] = _mm512_mul_ps(params[k].scale[i], reciprocal_top_scale[i]);
         // What code 8 stands for.
-        if (k < count)
-          middle[k][i] =
-              _mm512_fmadd_ps(params[k].scale[i], _mm512_set1_ps(8.0f), params[k].minimum[i]);
+        middle[k][i] =
+            _mm512_fmadd_ps(params[k].scale[i], _mm512_set1_ps(8.0f), params[k].minimum[i]);
       }
     const __m512i ones = _mm512_set1_epi8(1);
     __m512 terms[(G * Groups + 15) / 16 * 16];
     for (int g = 0; g < G; ++g) {
       __m512 w[kSpanBlocks];
       __m512 top = w[0] = _mm512_load_ps(blocks[0].weight + kSpan * g);
-      for (std::uint32_t k = 1; k < count; ++k)
+      for (std::uint32_t k = 1; k < kSpanBlocks; ++k)
         top = _mm512_max_ps(top, w[k] = _mm512_load_ps(blocks[k].weight + kSpan * g));
       top = broadcast_max(top);
       const __m512 factor = _mm512_mul_ps(reciprocal(top), _mm512_set1_ps(kLargestByteWeight));
       __m512 scaled[kSpanBlocks];
-      for (std::uint32_t k = 0; k < kSpanBlocks; ++k)
-        scaled[k] = k < count ? _mm512_mul_ps(w[k], factor) : _mm512_setzero_ps();
+      for (std::uint32_t k = 0; k < kSpanBlocks; ++k) scaled[k] = _mm512_mul_ps(w[k], factor);
       const float unit_of_weights = _mm512_cvtss_f32(top) / kLargestByteWeight;
       for (int i = 0; i < Groups; ++i) {
         __m512 sum = _mm512_setzero_ps();
-        for (std::uint32_t k = 0; k < count; ++k) sum = _mm512_fmadd_ps(w[k], middle[k][i], sum);
+        for (std::uint32_t k = 0; k < kSpanBlocks; ++k)
+          sum = _mm512_fmadd_ps(w[k], middle[k][i], sum);
         __m512 product[kSpanBlocks];
         for (std::uint32_t k = 0; k < kSpanBlocks; ++k)
           product[k] = _mm512_mul_ps(scaled[k], relative[k][i]);
@@ -269,7 +268,7 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t count) {
     __m512i even[G][P], odd[G][P];
     for (int g = 0; g < G; ++g)
       for (int i = 0; i < P; ++i) even[g][i] = odd[g][i] = _mm512_setzero_si512();
-    for (std::uint32_t k = 0; k < count; ++k) {
+    for (std::uint32_t k = 0; k < kSpanBlocks; ++k) {
       const Block16& b = blocks[k];
       const auto* v = static_cast<const std::byte*>(b.v);
       for (std::uint32_t j = 0; j < b.n; j += 4) {
