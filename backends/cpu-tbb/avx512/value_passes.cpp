@@ -203,14 +203,13 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t /*kSpanBlocks
   alignas(64) float minimum_sum[(G * Groups + 15) / 16 * 16];
   {
     // Weights scaled to at most kLargestByteWeight per head, scales to at most 1 per group.
-    float top_scale[Groups];
-    __m512 reciprocal_top_scale[Groups];
+    __m512 top_step[Groups], reciprocal_top_scale[Groups];  // top_step: top scale / 255
     for (int i = 0; i < Groups; ++i) {
       __m512 top = params[0].scale[i];
       for (std::uint32_t k = 1; k < kSpanBlocks; ++k) top = _mm512_max_ps(top, params[k].scale[i]);
       top = broadcast_max(top);
       reciprocal_top_scale[i] = reciprocal(top);
-      top_scale[i] = _mm512_cvtss_f32(top);
+      top_step[i] = _mm512_mul_ps(top, _mm512_set1_ps(1.0f / kLargestByteWeight));
     }
     // The scales relative to their group's largest, and (below) each head's weights relative
     // to its largest times kLargestByteWeight: their products are the byte weights.
@@ -222,7 +221,7 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t /*kSpanBlocks
         middle[k][i] =
             _mm512_fmadd_ps(params[k].scale[i], _mm512_set1_ps(8.0f), params[k].minimum[i]);
       }
-    const __m512i ones = _mm512_set1_epi8(1);
+    const __m512i eights = _mm512_set1_epi8(8);
     __m512 terms[(G * Groups + 15) / 16 * 16];
     for (int g = 0; g < G; ++g) {
       __m512 w[kSpanBlocks];
@@ -233,7 +232,6 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t /*kSpanBlocks
       const __m512 factor = _mm512_mul_ps(reciprocal(top), _mm512_set1_ps(kLargestByteWeight));
       __m512 scaled[kSpanBlocks];
       for (std::uint32_t k = 0; k < kSpanBlocks; ++k) scaled[k] = _mm512_mul_ps(w[k], factor);
-      const float unit_of_weights = _mm512_cvtss_f32(top) / kLargestByteWeight;
       for (int i = 0; i < Groups; ++i) {
         __m512 sum = _mm512_setzero_ps();
         for (std::uint32_t k = 0; k < kSpanBlocks; ++k)
@@ -243,11 +241,13 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t /*kSpanBlocks
           product[k] = _mm512_mul_ps(scaled[k], relative[k][i]);
         const __m512i bytes = byte_weights(product);
         _mm512_store_si512(weights[g][i], bytes);
-        unit[g][i] = unit_of_weights * top_scale[i];
-        const __m512 rounded_sum =
-            _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), bytes, ones));
-        terms[g * Groups + i] =
-            _mm512_fnmadd_ps(rounded_sum, _mm512_set1_ps(8.0f * unit[g][i]), sum);
+        // Vectors throughout (every lane the same): a scalar would go back to a vector by a
+        // broadcast, on the port the permutes need.
+        const __m512 step = _mm512_mul_ps(top, top_step[i]);
+        unit[g][i] = _mm512_cvtss_f32(step);
+        const __m512 rounded_sum_x8 =
+            _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), bytes, eights));
+        terms[g * Groups + i] = _mm512_fnmadd_ps(rounded_sum_x8, step, sum);
       }
     }
     if constexpr (G * Groups < 16) {  // fewer sums than a network's 16: one by one
