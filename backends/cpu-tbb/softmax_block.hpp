@@ -122,8 +122,8 @@ using ValuePass = void (*)(const Block16* blocks, std::uint32_t count);
 // with AVX-512, float kinds, and int8 and int4 by integer dot products where the CPU also has
 // VNNI; with AVX2, every kind, int8 and int4 by int16 dot products (vpdpwssd with AVX-VNNI,
 // vpmaddwd without). Integer keys meet the quantized query; integer values meet weights rounded
-// to int16. keys() and values() say how it wants the rows: the stored kind, or float32 rows
-// decoded first.
+// to int16 (AVX-512 int4 values: to bytes, see kLargestByteWeight). keys() and values() say how
+// it wants the rows: the stored kind, or float32 rows decoded first.
 class BlockAttention {
  public:
   BlockAttention(std::uint32_t group, std::uint32_t dim, Rows stored_keys, Rows stored_values);
