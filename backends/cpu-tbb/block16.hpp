@@ -31,10 +31,9 @@ inline constexpr float kExp2Polynomial[7] = {1.5403530393381606e-4f,
 // Integer value passes but AVX-512 int4's (below): per head, the block's weights times the rows'
 // scales are rounded to int16 against a bound on them (int8: their largest) scaled to
 // kLargestCode, so each is off by at most bound / 65534. With int8 codes (|c| <= 127) a block of
-// 16 then errs by at most
-// 16 x 127 / 65534 x bound < bound / 32, while the rounding of its rows (half a step each) may
-// cost sum(weight x scale) / 2 >= bound / 2: the weights add at most 1/16 to the format's worst
-// case. The integer sums, exact, are scaled once per block.
+// 16 then errs by at most 16 x 127 / 65534 x bound < bound / 32, while the rounding of its rows
+// (half a step each) may cost sum(weight x scale) / 2 >= bound / 2: the weights add at most 1/16
+// to the format's worst case. The integer sums, exact, are scaled once per block.
 inline constexpr float kLargestCode = 32767.0f;
 
 // The AVX-512 int4 value pass rounds the weights times the group scales to bytes (vpdpbusd
