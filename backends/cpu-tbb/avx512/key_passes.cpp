@@ -183,9 +183,9 @@ KVCACHE_VNNI void keys16_int4(const Block16& b) {
     }
     for (int g = 0; g < G; ++g) {
       const std::int8_t* codes = q8.codes.data() + g * D + 16 * first;
-      // Per unit of 64 elements, two sums each for its even and odd elements: chains of four
-      // vpdpbusd (with chains of eight the pass waited on their latency, about 6% of int4 in
-      // groups of 64 and 128).
+      // A sum of the even and one of the odd elements per part of 32: chains of four vpdpbusd
+      // (with one of each per unit of 64, chains of eight, the pass waited on their latency:
+      // about 6% of int4 in groups of 64 and 128).
       __m512i dot[2 * Unit];
       for (int i = 0; i < 2 * Unit; ++i) dot[i] = _mm512_setzero_si512();
       for (int c = 0; c < 4 * Unit; ++c) {

@@ -187,10 +187,10 @@ KVCACHE_AVX512 KVCACHE_INLINE __m512i byte_weights(const __m512 scaled[kSpanBloc
 // rounded away: the minima and 8 x the scales times the weights, less 8 x what the rounded
 // weights add up to, make one sum per (head, group), added to the group's elements. The rows go
 // through in chunks of 32 elements (two byte permutes per four rows), in passes small enough
-// that each (head, chunk)'s even and odd sums stay in registers.
+// that each (head, chunk)'s even and odd sums stay in registers. Takes whole spans
+// (BlockAttention::flush pads the last with empty blocks), so that the loops over a span's blocks
+// have fixed trip counts.
 template <int G, int D, int S, bool Gfni>
-// Takes whole spans (BlockAttention::flush pads the last with empty blocks), so that the loops
-// over a span's blocks have fixed trip counts.
 KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t /*kSpanBlocks*/) {
   static_assert(D == 64 || D == 128);
   constexpr int Groups = D / S, Chunks = D / 32;
