@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "avx2/vectors.hpp"
@@ -106,61 +107,62 @@ std::size_t meta_bytes(Rows kind, std::uint32_t dim) {
   return int4_group(kind) != 0 ? dim / int4_group(kind) * 4 : 0;
 }
 
-// A chunk (kQueryChunk elements) quantized: step = max|x| / 127 and codes[i] = rne(x[i] / step)
-// (all 0 if step is 0); returns step. Vectorized where the CPU allows, with the same division and
-// rounding, so the same codes.
+// A chunk (kQueryChunk elements) quantized: step = max|x| / 127 and codes[i] = rne(x[i] x 127 /
+// max|x|), all 0 where max|x| is under the smallest normal float (127 / max|x| would overflow);
+// returns step. A multiplication, not a division per element: the divisions were a fifth of a
+// decode call over 16 tokens. Vectorized where the CPU allows, with the same arithmetic, so the
+// same codes.
+float chunk_top(float top, std::int8_t* codes) {
+  if (top >= std::numeric_limits<float>::min()) return top;
+  std::fill_n(codes, kQueryChunk, std::int8_t{0});
+  return 0.0f;
+}
 KVCACHE_KERNELS_BEGIN
 KVCACHE_AVX512 float quantize_chunk_avx512(const float* x, std::int8_t* codes) {
-  __m512 top = _mm512_setzero_ps();
+  __m512 magnitude = _mm512_setzero_ps();
   for (std::uint32_t i = 0; i < kQueryChunk; i += 16)
-    top = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + i)), top);
-  const float step = _mm512_reduce_max_ps(top) / 127.0f;
-  if (step == 0.0f) {
-    std::fill_n(codes, kQueryChunk, std::int8_t{0});
-    return step;
-  }
+    magnitude = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + i)), magnitude);
+  const float top = chunk_top(_mm512_reduce_max_ps(magnitude), codes);
+  if (top == 0.0f) return 0.0f;
+  const __m512 scale = _mm512_set1_ps(127.0f / top);
   for (std::uint32_t i = 0; i < kQueryChunk; i += 16)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i),
-                     _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_roundscale_ps(
-                         _mm512_div_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(step)),
-                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))));
-  return step;
+    _mm_storeu_si128(
+        reinterpret_cast<__m128i*>(codes + i),
+        _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + i), scale))));
+  return top / 127.0f;
 }
 KVCACHE_AVX2 float quantize_chunk_avx2(const float* x, std::int8_t* codes) {
-  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-  __m256 top = _mm256_setzero_ps();
+  const __m256 abs_bits = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256 magnitude = _mm256_setzero_ps();
   for (std::uint32_t i = 0; i < kQueryChunk; i += 8)
-    top = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), magnitude), top);
-  const float step = avx2::max_lane(top) / 127.0f;
-  if (step == 0.0f) {
-    std::fill_n(codes, kQueryChunk, std::int8_t{0});
-    return step;
-  }
+    magnitude = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), abs_bits), magnitude);
+  const float top = chunk_top(avx2::max_lane(magnitude), codes);
+  if (top == 0.0f) return 0.0f;
+  const __m256 scale = _mm256_set1_ps(127.0f / top);
   for (std::uint32_t i = 0; i < kQueryChunk; i += 16) {
     __m256i half[2];
     for (int h = 0; h < 2; ++h)
-      half[h] = _mm256_cvtps_epi32(
-          _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + i + 8 * h), _mm256_set1_ps(step)),
-                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      half[h] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * h), scale));
     // Packs work per 128-bit half: words come out as 0-3, 8-11, 4-7, 12-15.
     const __m256i words = _mm256_permute4x64_epi64(_mm256_packs_epi32(half[0], half[1]), 0xD8);
     _mm_storeu_si128(
         reinterpret_cast<__m128i*>(codes + i),
         _mm_packs_epi16(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1)));
   }
-  return step;
+  return top / 127.0f;
 }
 KVCACHE_KERNELS_END
 float quantize_chunk(VectorIsa isa, const float* x, std::int8_t* codes) {
   if (isa == VectorIsa::avx512) return quantize_chunk_avx512(x, codes);
   if (isa == VectorIsa::avx2) return quantize_chunk_avx2(x, codes);
-  float top = 0.0f;
-  for (std::uint32_t i = 0; i < kQueryChunk; ++i) top = std::max(top, std::fabs(x[i]));
-  const float step = top / 127.0f;
+  float magnitude = 0.0f;
+  for (std::uint32_t i = 0; i < kQueryChunk; ++i) magnitude = std::max(magnitude, std::fabs(x[i]));
+  const float top = chunk_top(magnitude, codes);
+  if (top == 0.0f) return 0.0f;
+  const float scale = 127.0f / top;
   for (std::uint32_t i = 0; i < kQueryChunk; ++i)
-    codes[i] =
-        step == 0.0f ? std::int8_t{0} : static_cast<std::int8_t>(std::nearbyint(x[i] / step));
-  return step;
+    codes[i] = static_cast<std::int8_t>(std::nearbyint(x[i] * scale));
+  return top / 127.0f;
 }
 
 }  // namespace

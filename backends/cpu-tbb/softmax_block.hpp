@@ -87,9 +87,9 @@ struct RowBlock {
 };
 
 // The query heads of a KV head in integers for integer dot products with int8 or int4 keys: per
-// (head, chunk of kQueryChunk elements) codes = rne(q / step) with step = max|q| / 127, so each
-// element is off by at most step / 2. Laid out for the kernel family that reads them (see
-// BlockAttention::quantize).
+// (head, chunk of kQueryChunk elements) codes = rne(q x 127 / max|q|) with step = max|q| / 127 (0
+// where max|q| is under the smallest normal float), so each element is off by at most step / 2.
+// Laid out for the kernel family that reads them (see BlockAttention::quantize).
 inline constexpr std::uint32_t kQueryChunk = 64;
 struct QuantizedQuery {
   // AVX-512 (vpdpbusd, keys transposed so that lanes are tokens): codes in element order for

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <random>
@@ -192,16 +193,17 @@ std::vector<std::size_t> visible_slots(std::span<const Position> positions,
 constexpr std::size_t kQueryChunk = 64;
 
 // q as such a kernel uses it: per chunk of 64 elements of a head, rounded to steps of
-// max|q_chunk| / 127 (the kernel rounds the scaled q, the same up to float rounding).
+// max|q_chunk| / 127, as rne(q x 127 / max|q_chunk|), 0 where max|q_chunk| is subnormal (the
+// kernel rounds the scaled q, the same up to float rounding).
 std::vector<float> round_query(std::span<const float> q) {
   std::vector<float> out(q.begin(), q.end());
   for (std::size_t c = 0; c < out.size(); c += kQueryChunk) {
     float top = 0.0f;
     for (std::size_t i = c; i < c + kQueryChunk; ++i) top = std::max(top, std::fabs(out[i]));
-    const float step = top / 127.0f;
-    if (step > 0.0f)
-      for (std::size_t i = c; i < c + kQueryChunk; ++i)
-        out[i] = step * std::nearbyint(out[i] / step);
+    for (std::size_t i = c; i < c + kQueryChunk; ++i)
+      out[i] = top < std::numeric_limits<float>::min()
+                   ? 0.0f
+                   : top / 127.0f * std::nearbyint(out[i] * (127.0f / top));
   }
   return out;
 }
