@@ -192,6 +192,26 @@ KVCACHE_AVX2 float quantize_chunk_avx2(const float* x, std::int8_t* codes) {
 KVCACHE_KERNELS_END
 }  // namespace
 
+QuantizedQuery::QuantizedQuery(VectorIsa isa, std::uint32_t group, std::uint32_t dim,
+                               bool int4_keys) {
+  const std::size_t parts = dim / 32, heads = group;
+  const bool wide = isa == VectorIsa::avx2;
+  // Floats first (the buffer is aligned for them), then the codes.
+  const std::size_t floats = wide ? parts * 8 * (int4_keys ? 2 : 1) : heads * parts * 2;
+  storage_.resize(floats * sizeof(float) + heads * dim * (wide ? 2 : 1));
+  auto* f = reinterpret_cast<float*>(storage_.data());
+  auto* after = storage_.data() + floats * sizeof(float);
+  if (wide) {
+    pair_steps = {f, parts * 8};
+    if (int4_keys) pair_sums = {f + parts * 8, parts * 8};
+    wide_codes = {reinterpret_cast<std::int16_t*>(after), heads * dim};
+  } else {
+    part_steps = {f, heads * parts};
+    part_sums = {f + heads * parts, heads * parts};
+    codes = {reinterpret_cast<std::int8_t*>(after), heads * dim};
+  }
+}
+
 // Asked for only where there are integer key passes: the AVX2 family's or AVX-512 with VNNI.
 QuantizedQuery BlockAttention::quantize(const float* q) const {
   const std::uint32_t group = group_, dim = dim_, parts = dim / 32;
@@ -212,11 +232,8 @@ QuantizedQuery BlockAttention::quantize(const float* q) const {
     }
   };
 
-  QuantizedQuery out;
+  QuantizedQuery out(isa_, group, dim, int4_group(keys_) != 0);
   if (isa_ == VectorIsa::avx2) {
-    out.wide_codes.resize(std::size_t{group} * dim);
-    out.pair_steps.resize(std::size_t{parts} * 8);
-    if (int4_group(keys_) != 0) out.pair_sums.resize(out.pair_steps.size());
     for (std::uint32_t h = 0; h < group; ++h) {
       quantize_head(h);
       std::int16_t* wide = out.wide_codes.data() + std::size_t{h} * dim;
@@ -236,9 +253,6 @@ QuantizedQuery BlockAttention::quantize(const float* q) const {
     return out;
   }
 
-  out.codes.resize(std::size_t{group} * dim);
-  out.part_steps.resize(std::size_t{group} * parts);
-  out.part_sums.resize(out.part_steps.size());
   for (std::uint32_t h = 0; h < group; ++h) {
     quantize_head_avx512(q + std::size_t{h} * dim, dim, keys_ != Rows::int8,
                          out.codes.data() + std::size_t{h} * dim, step_of, sum_of);

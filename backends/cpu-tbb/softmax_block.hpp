@@ -91,21 +91,34 @@ struct RowBlock {
 // where max|q| is under the smallest normal float), so each element is off by at most step / 2.
 // Laid out for the kernel family that reads them (see BlockAttention::quantize).
 inline constexpr std::uint32_t kQueryChunk = 64;
-struct QuantizedQuery {
+class QuantizedQuery {
+  // The family's arrays in one allocation, as SoftmaxState's: a call quantizes q per (query, KV
+  // head). Moves keep the buffer (and so the views); copies are not needed.
+  std::vector<std::byte> storage_;
+
+ public:
+  QuantizedQuery() = default;
+  // Room for the arrays `isa`'s kernels read (avx2 or avx512), for int4 keys or int8 ones.
+  QuantizedQuery(VectorIsa isa, std::uint32_t group, std::uint32_t dim, bool int4_keys);
+  QuantizedQuery(QuantizedQuery&&) noexcept = default;
+  QuantizedQuery& operator=(QuantizedQuery&&) noexcept = default;
+  QuantizedQuery(const QuantizedQuery&) = delete;
+  QuantizedQuery& operator=(const QuantizedQuery&) = delete;
+
   // AVX-512 (vpdpbusd, keys transposed so that lanes are tokens): codes in element order for
   // int8 keys, for int4 keys each head's even elements then its odd ones; the kernels sum
   // products per part of 32 elements (within an int4 group) and take off what the keys' offset
   // adds: int8 keys are read as unsigned (k + 128), int4 ones carry a minimum per group.
-  std::vector<std::int8_t> codes;  // [group][dim]
-  std::vector<float> part_steps;   // [group][dim / 32]: the step of the part's chunk
-  std::vector<float> part_sums;    // [group][dim / 32]: step x the part's code sum (x 128: int8)
+  std::span<std::int8_t> codes;  // [group][dim]
+  std::span<float> part_steps;   // [group][dim / 32]: the step of the part's chunk
+  std::span<float> part_sums;    // [group][dim / 32]: step x the part's code sum (x 128: int8)
   // AVX2 (int16 pairs): codes widened, in element order for int8 keys, for int4 keys each part
   // of 32 as its even elements then its odd ones. The kernels sum products per part of 32
   // elements (within an int4 group) for 8 (head, key) pairs at a time, lane i for head i / (8 /
   // group).
-  std::vector<std::int16_t> wide_codes;  // [group][dim]
-  std::vector<float> pair_steps;         // [dim / 32][8]: the step of the part's chunk
-  std::vector<float> pair_sums;          // int4 keys, [dim / 32][8]: step x the part's code sum
+  std::span<std::int16_t> wide_codes;  // [group][dim]
+  std::span<float> pair_steps;         // [dim / 32][8]: the step of the part's chunk
+  std::span<float> pair_sums;          // int4 keys, [dim / 32][8]: step x the part's code sum
 };
 
 struct Block16;
