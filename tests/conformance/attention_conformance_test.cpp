@@ -356,7 +356,8 @@ class AttentionConformance : public ::testing::TestWithParam<AttentionCase> {
         }
         const bool rounded_weights =
             rounds_weights(GetParam().backend, GetParam().format.name, dim_);
-        const std::vector<std::size_t> visible = visible_slots(positions[i], r);
+        const std::vector<std::size_t> visible =
+            rounded_weights ? visible_slots(positions[i], r) : std::vector<std::size_t>{};
         for (std::uint32_t h = 0; h < qh; ++h) {
           const std::span<const float> q_head = qrow.subspan(h * dim_, dim_);
           const std::uint32_t kv_head = h / (qh / kvh);
