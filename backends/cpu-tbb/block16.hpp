@@ -14,6 +14,9 @@
 namespace kvcache::cpu {
 
 inline constexpr std::uint32_t kMaxDim = 128, kMaxGroup = 8;  // of the specialized shapes
+// The most scale bytes a row of the passes carries: int4 in groups of 32, an fp16 scale and
+// minimum per group.
+inline constexpr std::uint32_t kMaxMetaBytes = kMaxDim / 32 * 4;
 
 // What an fp8 code read as fp16 (see load_floats16) is short of: it multiplies the row's scale.
 inline constexpr float kFp8Unit = 256.0f;
@@ -61,7 +64,7 @@ struct Block16 {
   const void* k;
   const void* k_meta;  // scales (fp8, int8, int4 keys): 16 rows
   const void* v;
-  const void* v_meta;  // scales (fp8, int8, int4 values): n rows
+  const void* v_meta;  // scales (fp8, int8, int4 values): 16 rows, zeros past n
   std::uint32_t n;
   struct Ahead {
     const std::byte* from;
@@ -78,13 +81,15 @@ struct Block16 {
 // Blocks whose value pass waits for their span to fill: the blocks, their weights ([G] rows of
 // kSpan), the reference m of each head their weights were made against (a later block may raise
 // it: BlockAttention::flush then brings the earlier weights to the new one) and, for blocks of
-// other than a multiple of 4 rows, their value rows copied with rows of zeros after them.
+// other than a multiple of 4 rows, their value rows copied with rows of zeros after them, and for
+// partial blocks, their value scales copied with zeros after them.
 struct PendingValues {
   Block16 blocks[kSpanBlocks];
   std::uint32_t count = 0;
   float m[kSpanBlocks][kMaxGroup];
   alignas(64) float weight[kMaxGroup * kSpan];
   alignas(64) std::byte padded[kSpanBlocks][16 * kMaxDim];
+  alignas(64) std::byte padded_meta[kSpanBlocks][16 * kMaxMetaBytes];
 };
 
 // Asks for shares [first, first + count) (of 32) of the prefetch lines, so they spread through

@@ -332,7 +332,7 @@ __attribute__((always_inline)) inline void BlockAttention::add(
   const std::uint32_t ahead_lines[2] = {lines(k), lines(v)};
   // The kernels read 16 key rows: a partial block's are copied and padded with zeros (finite;
   // their weight is 0).
-  alignas(64) std::byte pad[16 * kMaxDim * 4], pad_meta[16 * kMaxDim / 32 * 4];
+  alignas(64) std::byte pad[16 * kMaxDim * 4], pad_meta[16 * kMaxMetaBytes];
   for (std::uint32_t b = 0; b < blocks; ++b) {
     const std::uint32_t j = 16 * b, rows = std::min(16u, n - j), place = pending.count;
     // Field by field: an aggregate assignment zero-fills the block first (a `rep stos`, about
@@ -366,6 +366,13 @@ __attribute__((always_inline)) inline void BlockAttention::add(
         std::memset(pad_meta + rows * key_meta_, 0, (16 - rows) * key_meta_);
         block.k_meta = pad_meta;
       }
+    }
+    // So are its value scales (read 16 at a time); they live until the block's value pass.
+    if (rows < 16 && value_meta_ > 0) {
+      std::byte* meta = pending.padded_meta[place];
+      std::memcpy(meta, block.v_meta, rows * value_meta_);
+      std::memset(meta + rows * value_meta_, 0, (16 - rows) * value_meta_);
+      block.v_meta = meta;
     }
     // The integer value passes read rows in pairs or fours: a block of other sizes has its rows
     // copied and followed by rows of zeros.

@@ -166,7 +166,7 @@ KVCACHE_VNNI void keys16_int4(const Block16& b) {
   static_assert(S == 32 || S == 64 || S == 128);
   constexpr int Parts = D / 32, Unit = S == 32 ? 1 : 2;  // parts of 32 elements per sum
   const QuantizedQuery& q8 = *b.q8;
-  const GroupParams<D / S> params = group_params<D / S>(b.k_meta, 16);
+  const GroupParams<D / S> params = group_params<D / S>(b.k_meta);
   __m512i column[D / 8];
   transpose_rows<D / 8>(static_cast<const std::byte*>(b.k), D / 2, column);
   const __m512i nibble = _mm512_set1_epi8(0x0F);

@@ -197,7 +197,7 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t /*kSpanBlocks
   constexpr int P = Chunks < 8 / G ? Chunks : 8 / G;  // chunks per pass: 2 x G x P sums
   GroupParams<Groups> params[kSpanBlocks];
   for (std::uint32_t k = 0; k < kSpanBlocks; ++k)
-    params[k] = group_params<Groups>(blocks[k].v_meta, blocks[k].n);
+    params[k] = group_params<Groups>(blocks[k].v_meta);
   alignas(64) std::uint8_t weights[G][Groups][kSpan];
   float unit[G][Groups];
   alignas(64) float minimum_sum[(G * Groups + 15) / 16 * 16];

@@ -4,7 +4,6 @@
 
 #include <immintrin.h>
 
-#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -182,62 +181,61 @@ KVCACHE_AVX512 KVCACHE_INLINE __m512 reciprocal(__m512 x) {
 }
 
 // int4 rows carry an fp16 (scale, minimum) per group (of 32, 64 or 128 elements; Groups per row:
-// 4, 2 or 1): 16 rows' of them as float vectors over the rows (zeros past n), by word permutes.
+// 4, 2 or 1): 16 rows' of them as float vectors over the rows.
 template <int Groups>
 struct GroupParams {
   __m512 scale[Groups], minimum[Groups];
 };
+
+// Word indices that gather the (scale, minimum) pairs of 16 rows into [16 scales][16 minima] in
+// row order. Groups = 4: from a group's pairs after the in-lane transposition of group_params,
+// where 32-bit word 4l + i is row 4i + l's. Groups = 2: from two registers of 8 rows x 2 groups,
+// one index per group. Groups = 1: from one register of 16 rows.
 template <int Groups>
-struct MetaTranspose {
-  // Groups = 4, round 1: rows r < 8 of the 8 halves per row in registers z0, z1 -> columns
-  // 4c..4c+3 as 8 rows each. Round 2: two registers of (Groups = 4) 8 rows x 4 columns or
-  // (Groups = 2) 16 rows x 4 columns -> a column pair (2i, 2i + 1) over the 16 rows. Groups = 1:
-  // one register of 16 rows x 2 columns -> the column pair.
-  alignas(64) std::int16_t first[2][32], second[2][32];
-  constexpr MetaTranspose() : first{}, second{} {
-    for (int part = 0; part < 2; ++part)
-      for (int c = 0; c < 4; ++c)
-        for (int r = 0; r < 8; ++r)
-          first[part][8 * c + r] = static_cast<std::int16_t>(8 * r + 4 * part + c);
-    for (int pair = 0; pair < 2; ++pair)
-      for (int c = 0; c < 2; ++c)
-        for (int r = 0; r < 16; ++r)
-          second[pair][16 * c + r] =
-              static_cast<std::int16_t>(Groups == 4 ? (r < 8 ? 0 : 32) + 8 * (2 * pair + c) + r % 8
-                                        : Groups == 2 ? 4 * r + 2 * pair + c
-                                                      : 2 * r + c);
+struct MetaOrder {
+  alignas(64) std::int16_t index[Groups == 2 ? 2 : 1][32];
+  constexpr MetaOrder() : index{} {
+    for (int r = 0; r < 16; ++r)
+      for (int half = 0; half < 2; ++half) {
+        if constexpr (Groups == 4) {
+          index[0][16 * half + r] = static_cast<std::int16_t>(2 * (4 * (r % 4) + r / 4) + half);
+        } else if constexpr (Groups == 2) {
+          for (int i = 0; i < 2; ++i)
+            index[i][16 * half + r] = static_cast<std::int16_t>(4 * r + 2 * i + half);
+        } else {
+          index[0][16 * half + r] = static_cast<std::int16_t>(2 * r + half);
+        }
+      }
   }
 };
 template <int Groups>
-inline constexpr MetaTranspose<Groups> kMetaTranspose;
+inline constexpr MetaOrder<Groups> kMetaOrder;
 
+// The group parameters of 16 rows (a partial block's are padded with zeros: see PendingValues),
+// gathered per group by one word permute each; for groups of 32, after a 4 x 4 transposition by
+// in-lane unpacks (eight single-uop shuffles instead of eight two-uop two-source word permutes).
 template <int Groups>
-KVCACHE_AVX512 KVCACHE_INLINE GroupParams<Groups> group_params(const void* meta, std::uint32_t n) {
+KVCACHE_AVX512 KVCACHE_INLINE GroupParams<Groups> group_params(const void* meta) {
   static_assert(Groups == 1 || Groups == 2 || Groups == 4);
-  constexpr int Halves = 2 * Groups;  // per row
   const auto* words = static_cast<const std::int16_t*>(meta);
-  __m512i z[Groups];  // words 32i..32i+31, zeros past the n rows
-  for (int i = 0; i < Groups; ++i) {
-    const int valid = std::clamp(static_cast<int>(n) * Halves - 32 * i, 0, 32);
-    z[i] = _mm512_maskz_loadu_epi16(static_cast<__mmask32>((std::uint64_t{1} << valid) - 1),
-                                    words + 32 * i);
-  }
-  const auto& t = kMetaTranspose<Groups>;
-  __m512i pairs[Groups];
+  __m512i z[Groups];  // words 32i..32i+31: 32 / (2 Groups) rows
+  for (int i = 0; i < Groups; ++i) z[i] = _mm512_loadu_si512(words + 32 * i);
+  const auto& order = kMetaOrder<Groups>;
+  __m512i pairs[Groups];  // per group: [16 scales][16 minima]
   if constexpr (Groups == 4) {
-    for (int part = 0; part < 2; ++part) {
-      const __m512i top = _mm512_permutex2var_epi16(z[0], _mm512_load_si512(t.first[part]), z[1]);
-      const __m512i bottom =
-          _mm512_permutex2var_epi16(z[2], _mm512_load_si512(t.first[part]), z[3]);
-      for (int pair = 0; pair < 2; ++pair)
-        pairs[2 * part + pair] =
-            _mm512_permutex2var_epi16(top, _mm512_load_si512(t.second[pair]), bottom);
-    }
+    // 128-bit lane l of z[i] is row 4i + l's four pairs; transposed 4 x 4 within lanes.
+    const __m512i low[2] = {_mm512_unpacklo_epi32(z[0], z[1]), _mm512_unpacklo_epi32(z[2], z[3])};
+    const __m512i high[2] = {_mm512_unpackhi_epi32(z[0], z[1]), _mm512_unpackhi_epi32(z[2], z[3])};
+    const __m512i by_group[4] = {
+        _mm512_unpacklo_epi64(low[0], low[1]), _mm512_unpackhi_epi64(low[0], low[1]),
+        _mm512_unpacklo_epi64(high[0], high[1]), _mm512_unpackhi_epi64(high[0], high[1])};
+    for (int i = 0; i < 4; ++i)
+      pairs[i] = _mm512_permutexvar_epi16(_mm512_load_si512(order.index[0]), by_group[i]);
   } else if constexpr (Groups == 2) {
-    for (int pair = 0; pair < 2; ++pair)
-      pairs[pair] = _mm512_permutex2var_epi16(z[0], _mm512_load_si512(t.second[pair]), z[1]);
+    for (int i = 0; i < 2; ++i)
+      pairs[i] = _mm512_permutex2var_epi16(z[0], _mm512_load_si512(order.index[i]), z[1]);
   } else {
-    pairs[0] = _mm512_permutexvar_epi16(_mm512_load_si512(t.second[0]), z[0]);
+    pairs[0] = _mm512_permutexvar_epi16(_mm512_load_si512(order.index[0]), z[0]);
   }
   GroupParams<Groups> out;
   for (int i = 0; i < Groups; ++i) {
