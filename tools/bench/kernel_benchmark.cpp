@@ -8,7 +8,7 @@
 // With more tokens than the caches hold and --ahead, it shows the kernels fed from memory.
 //
 //   build/bin/kvcache-kernel-benchmark [--group 4] [--dim 128] [--tokens 256] [--rounds 2000]
-//                                      [--ahead 0]
+//                                      [--ahead 0] [--format int4-group ...]
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "block16.hpp"
@@ -81,6 +82,17 @@ RowData random_rows(const Format& f, std::uint32_t dim, std::uint32_t n, std::mt
   return r;
 }
 
+// fp16 first: the others are timed against it.
+std::vector<Format> benchmark_formats() {
+  return {{"fp16", Rows::float16, parse_format("fp16")},
+          {"bf16", Rows::bfloat16, parse_format("bf16")},
+          {"fp8-e4m3", Rows::fp8, parse_format("fp8-e4m3")},
+          {"int8-per-token", Rows::int8, parse_format("int8-per-token")},
+          {"int4-group", Rows::int4_g32, parse_format("int4-group")},
+          {"int4-group:group=64", Rows::int4_g64, parse_format("int4-group", {{"group", 64}})},
+          {"int4-group:group=128", Rows::int4_g128, parse_format("int4-group", {{"group", 128}})}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -95,16 +107,15 @@ int main(int argc, char** argv) {
                  "blocks ahead into cache (as a paged call does; for rows that do not fit in "
                  "cache)")
       ->capture_default_str();
+  const std::vector<Format> formats = benchmark_formats();
+  std::vector<std::string> names, only;
+  for (const Format& f : formats) names.emplace_back(f.name);
+  app.add_option("--format", only,
+                 "time only these formats besides fp16 (for a profile of their kernels); "
+                 "default: all")
+      ->check(CLI::IsMember(names));
   CLI11_PARSE(app, argc, argv);
 
-  const Format formats[] = {
-      {"fp16", Rows::float16, parse_format("fp16")},
-      {"bf16", Rows::bfloat16, parse_format("bf16")},
-      {"fp8-e4m3", Rows::fp8, parse_format("fp8-e4m3")},
-      {"int8-per-token", Rows::int8, parse_format("int8-per-token")},
-      {"int4-group", Rows::int4_g32, parse_format("int4-group")},
-      {"int4-group:group=64", Rows::int4_g64, parse_format("int4-group", {{"group", 64}})},
-      {"int4-group:group=128", Rows::int4_g128, parse_format("int4-group", {{"group", 128}})}};
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;
   std::vector<float> q(std::size_t{group} * dim);
@@ -119,6 +130,9 @@ int main(int argc, char** argv) {
   };
   std::vector<Run> runs;
   for (const Format& f : formats) {
+    if (f.rows != Rows::float16 && !only.empty() &&
+        std::find(only.begin(), only.end(), f.name) == only.end())
+      continue;
     cpu::BlockAttention kernels(group, dim, f.rows, f.rows);
     if (kernels.keys() != f.rows || kernels.values() != f.rows) {
       std::printf("%s: not read in place by these kernels (%s); skipped\n", f.name,
