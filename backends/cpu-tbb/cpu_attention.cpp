@@ -4,6 +4,7 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <memory>
 #include <numbers>
 #include <string>
 #include <vector>
@@ -88,7 +89,10 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   // Queries in float, pre-scaled for a base-2 softmax.
   const float scale = (r.scale > 0.0f ? r.scale : 1.0f / std::sqrt(static_cast<float>(dim))) *
                       std::numbers::log2e_v<float>;
-  std::vector<float> q(queries * heads * dim);
+  // Not zeroed first (every element is written): decodes of a few tokens are dominated by
+  // such per-call costs.
+  const auto q_buffer = std::make_unique_for_overwrite<float[]>(queries * heads * dim);
+  float* const q = q_buffer.get();
   {
     RowBuffer buffer(dim);
     for (std::uint64_t i = 0; i < queries; ++i)
@@ -178,7 +182,7 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   if (integer_rows(attend[0].keys())) {
     q8.reserve(pairs);
     for (std::uint64_t pair = 0; pair < pairs; ++pair)
-      q8.push_back(attend[0].quantize(q.data() + pair * group * dim));
+      q8.push_back(attend[0].quantize(q + pair * group * dim));
   }
 
   // In pages, from the smaller of the two tiles (K and V may differ in format).
@@ -246,11 +250,15 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
 
   // body(item index, k, v, logits) for every item, in parallel (on the calling thread alone
   // below kParallelWork), with buffers per task for the rows decoded to float32 and the logits
-  // of a block (for the widest tile).
+  // of a block (for the widest tile), where the float path needs them.
+  const bool float_rows =
+      r.accumulate_scores || std::any_of(attend.begin(), attend.end(), [](const auto& a) {
+        return a.keys() == Rows::float32 || a.values() == Rows::float32;
+      });
   const auto for_each_item = [&](auto&& body) {
     const auto run_range = [&](const tbb::blocked_range<std::size_t>& range) {
-      std::vector<float> k(std::size_t{page} * dim), v(k.size()),
-          logits(std::size_t{group} * max_width * page);
+      std::vector<float> k(float_rows ? std::size_t{page} * dim : 0), v(k.size()),
+          logits(float_rows ? std::size_t{group} * max_width * page : 0);
       for (std::size_t it = range.begin(); it != range.end(); ++it)
         body(it, k.data(), v.data(), logits.data());
     };
@@ -268,14 +276,14 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
     const Item& item = items[it];
     const BlockAttention& kernels = attend[std::countr_zero(item.width)];
     const std::size_t pair = item.query * kv_heads + item.kv_head;
-    const float* qg = q.data() + pair * group * dim;
+    const float* qg = q + pair * group * dim;
     const QuantizedQuery* qq = q8.empty() ? nullptr : &q8[pair];
     // A tile's query heads for this KV head, one query's after another.
     std::vector<float> tile_q;
     QuantizedQuery tile_q8;
     if (item.width > 1) {
       for (std::uint32_t j = 0; j < item.width; ++j) {
-        const float* from = q.data() + ((item.query + j) * kv_heads + item.kv_head) * group * dim;
+        const float* from = q + ((item.query + j) * kv_heads + item.kv_head) * group * dim;
         tile_q.insert(tile_q.end(), from, from + std::size_t{group} * dim);
       }
       qg = tile_q.data();
@@ -358,7 +366,7 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
     const Item& item = items[it];
     const std::size_t pair = item.query * kv_heads + item.kv_head;
     const SoftmaxState& final_state = merged[pair];
-    const float* qg = q.data() + pair * group * dim;
+    const float* qg = q + pair * group * dim;
     for_each_block(
         item, k, v, Rows::float32, Rows::float32, false,
         [&](const RowBlock&, const RowBlock&, std::uint64_t first, std::uint32_t n) {
