@@ -49,7 +49,7 @@ inline constexpr float kLargestCode = 32767.0f;
 // of int4's own loss, which rounds every element by up to half a step.
 inline constexpr float kLargestByteWeight = 255.0f;
 
-// The AVX-512 int4 value pass takes the blocks of a span of up to kSpanBlocks at once (from one
+// The AVX-512 int4 value pass takes the blocks of a span of kSpanBlocks at once (from one
 // page or several), so that what it does per head and group (rounding bounds, minima sums,
 // converting its integer sums) is paid once per span; the key passes of a span's blocks run
 // first and leave their weights in rows of kSpan per head.

@@ -427,8 +427,10 @@ void BlockAttention::flush(PendingValues& pending) const {
         float* w = pending.weight + std::size_t{kSpan} * g + 16 * k;
         for (std::uint32_t j = 0; j < 16; ++j) w[j] *= correction;
       }
-  // A span's pass takes whole spans: the last is padded with blocks of no rows and no weight.
-  for (std::uint32_t k = pending.count; k < span_; ++k) {
+  // A span's pass takes whole spans or a lone block: a last span of 2 or 3 blocks is padded
+  // with blocks of no rows and no weight.
+  const std::uint32_t blocks = pending.count == 1 ? 1 : span_;
+  for (std::uint32_t k = pending.count; k < blocks; ++k) {
     Block16& empty = pending.blocks[k];
     empty = pending.blocks[0];
     empty.n = 0;
@@ -436,7 +438,7 @@ void BlockAttention::flush(PendingValues& pending) const {
     for (std::uint32_t g = 0; g < group_; ++g)
       std::fill_n(empty.weight + std::size_t{kSpan} * g, 16, 0.0f);
   }
-  value_pass_(pending.blocks, span_);
+  value_pass_(pending.blocks, blocks);
   pending.count = 0;
 }
 

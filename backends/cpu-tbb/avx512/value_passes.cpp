@@ -187,17 +187,16 @@ KVCACHE_AVX512 KVCACHE_INLINE __m512i byte_weights(const __m512 scaled[kSpanBloc
 // rounded away: the minima and 8 x the scales times the weights, less 8 x what the rounded
 // weights add up to, make one sum per (head, group), added to the group's elements. The rows go
 // through in chunks of 32 elements (two byte permutes per four rows), in passes small enough
-// that each (head, chunk)'s even and odd sums stay in registers. Takes whole spans
-// (BlockAttention::flush pads the last with empty blocks), so that the loops over a span's blocks
-// have fixed trip counts.
-template <int G, int D, int S, bool Gfni>
-KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t /*kSpanBlocks*/) {
+// that each (head, chunk)'s even and odd sums stay in registers. Takes Blocks blocks, a whole
+// span or one (BlockAttention::flush pads a last span of more with empty blocks), so that the
+// loops over them have fixed trip counts.
+template <int G, int D, int S, bool Gfni, std::uint32_t Blocks>
+KVCACHE_VBMI void values_int4_span(const Block16* blocks) {
   static_assert(D == 64 || D == 128);
   constexpr int Groups = D / S, Chunks = D / 32;
   constexpr int P = Chunks < 8 / G ? Chunks : 8 / G;  // chunks per pass: 2 x G x P sums
-  GroupParams<Groups> params[kSpanBlocks];
-  for (std::uint32_t k = 0; k < kSpanBlocks; ++k)
-    params[k] = group_params<Groups>(blocks[k].v_meta);
+  GroupParams<Groups> params[Blocks];
+  for (std::uint32_t k = 0; k < Blocks; ++k) params[k] = group_params<Groups>(blocks[k].v_meta);
   alignas(64) std::uint8_t weights[G][Groups][kSpan];
   float unit[G][Groups];
   alignas(64) float minimum_sum[(G * Groups + 15) / 16 * 16];
@@ -206,15 +205,15 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t /*kSpanBlocks
     __m512 top_step[Groups], reciprocal_top_scale[Groups];  // top_step: top scale / 255
     for (int i = 0; i < Groups; ++i) {
       __m512 top = params[0].scale[i];
-      for (std::uint32_t k = 1; k < kSpanBlocks; ++k) top = _mm512_max_ps(top, params[k].scale[i]);
+      for (std::uint32_t k = 1; k < Blocks; ++k) top = _mm512_max_ps(top, params[k].scale[i]);
       top = broadcast_max(top);
       reciprocal_top_scale[i] = reciprocal(top);
       top_step[i] = _mm512_mul_ps(top, _mm512_set1_ps(1.0f / kLargestByteWeight));
     }
     // The scales relative to their group's largest, and (below) each head's weights relative
     // to its largest times kLargestByteWeight: their products are the byte weights.
-    __m512 relative[kSpanBlocks][Groups], middle[kSpanBlocks][Groups];
-    for (std::uint32_t k = 0; k < kSpanBlocks; ++k)
+    __m512 relative[Blocks][Groups], middle[Blocks][Groups];
+    for (std::uint32_t k = 0; k < Blocks; ++k)
       for (int i = 0; i < Groups; ++i) {
         relative[k][i] = _mm512_mul_ps(params[k].scale[i], reciprocal_top_scale[i]);
         // What code 8 stands for.
@@ -224,21 +223,20 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t /*kSpanBlocks
     const __m512i eights = _mm512_set1_epi8(8);
     __m512 terms[(G * Groups + 15) / 16 * 16];
     for (int g = 0; g < G; ++g) {
-      __m512 w[kSpanBlocks];
+      __m512 w[Blocks];
       __m512 top = w[0] = _mm512_load_ps(blocks[0].weight + kSpan * g);
-      for (std::uint32_t k = 1; k < kSpanBlocks; ++k)
+      for (std::uint32_t k = 1; k < Blocks; ++k)
         top = _mm512_max_ps(top, w[k] = _mm512_load_ps(blocks[k].weight + kSpan * g));
       top = broadcast_max(top);
       const __m512 factor = _mm512_mul_ps(reciprocal(top), _mm512_set1_ps(kLargestByteWeight));
-      __m512 scaled[kSpanBlocks];
-      for (std::uint32_t k = 0; k < kSpanBlocks; ++k) scaled[k] = _mm512_mul_ps(w[k], factor);
+      __m512 scaled[Blocks];
+      for (std::uint32_t k = 0; k < Blocks; ++k) scaled[k] = _mm512_mul_ps(w[k], factor);
       for (int i = 0; i < Groups; ++i) {
         __m512 sum = _mm512_setzero_ps();
+        for (std::uint32_t k = 0; k < Blocks; ++k) sum = _mm512_fmadd_ps(w[k], middle[k][i], sum);
+        __m512 product[kSpanBlocks];  // the byte weights' layout's: zeros past Blocks
         for (std::uint32_t k = 0; k < kSpanBlocks; ++k)
-          sum = _mm512_fmadd_ps(w[k], middle[k][i], sum);
-        __m512 product[kSpanBlocks];
-        for (std::uint32_t k = 0; k < kSpanBlocks; ++k)
-          product[k] = _mm512_mul_ps(scaled[k], relative[k][i]);
+          product[k] = k < Blocks ? _mm512_mul_ps(scaled[k], relative[k][i]) : _mm512_setzero_ps();
         const __m512i bytes = byte_weights(product);
         _mm512_store_si512(weights[g][i], bytes);
         // Vectors throughout (every lane the same): a scalar would go back to a vector by a
@@ -268,7 +266,7 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t /*kSpanBlocks
     __m512i even[G][P], odd[G][P];
     for (int g = 0; g < G; ++g)
       for (int i = 0; i < P; ++i) even[g][i] = odd[g][i] = _mm512_setzero_si512();
-    for (std::uint32_t k = 0; k < kSpanBlocks; ++k) {
+    for (std::uint32_t k = 0; k < Blocks; ++k) {
       const Block16& b = blocks[k];
       const auto* v = static_cast<const std::byte*>(b.v);
       for (std::uint32_t j = 0; j < b.n; j += 4) {
@@ -312,6 +310,16 @@ KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t /*kSpanBlocks
                                          minimum));
       }
   }
+}
+
+// A span's blocks, or a lone block (a call of up to 16 tokens: the padding's three empty blocks
+// cost it most of its setup).
+template <int G, int D, int S, bool Gfni>
+KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t count) {
+  if (count == 1)
+    values_int4_span<G, D, S, Gfni, 1>(blocks);
+  else
+    values_int4_span<G, D, S, Gfni, kSpanBlocks>(blocks);
 }
 
 KVCACHE_KERNELS_END
