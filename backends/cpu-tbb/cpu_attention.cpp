@@ -4,8 +4,9 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
-#include <memory>
+#include <memory_resource>
 #include <numbers>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -82,17 +83,22 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   const std::uint64_t queries = plan.queries;
   const InputRows q_rows(*r.q, queries, heads, dim, "q");
   check_out(*r.out);
-  std::vector<PagedStore::LayerView> views;
+  const std::uint64_t pairs = queries * kv_heads;
+  // What the call keeps until it returns comes from one arena, the first buffer sized for the
+  // scaled queries and a softmax state per (query, KV head): decodes of a few tokens are
+  // dominated by per-call costs, some thirty allocations among them. Not for what the parallel
+  // tasks allocate (the arena is not synchronized).
+  std::pmr::monotonic_buffer_resource arena(
+      (queries * heads * dim + pairs * group * (1 + kLanes + dim)) * sizeof(float) + 16384);
+  std::pmr::vector<PagedStore::LayerView> views(&arena);
   views.reserve(r.sequences.size());
   for (const SeqId id : r.sequences) views.push_back(store->view(id, r.layer));
 
   // Queries in float, pre-scaled for a base-2 softmax.
   const float scale = (r.scale > 0.0f ? r.scale : 1.0f / std::sqrt(static_cast<float>(dim))) *
                       std::numbers::log2e_v<float>;
-  // Not zeroed first (every element is written): decodes of a few tokens are dominated by
-  // such per-call costs.
-  const auto q_buffer = std::make_unique_for_overwrite<float[]>(queries * heads * dim);
-  float* const q = q_buffer.get();
+  // Not zeroed first: every element is written.
+  auto* const q = static_cast<float*>(arena.allocate(queries * heads * dim * sizeof(float), 64));
   {
     RowBuffer buffer(dim);
     for (std::uint64_t i = 0; i < queries; ++i)
@@ -112,10 +118,9 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   // than 16 items a thread: threads on cores of unequal speed (a shared host's, here often 1.4x
   // apart) then even out by taking items from each other, a small part of the call each.
   const std::uint64_t threads = static_cast<std::uint64_t>(tbb::this_task_arena::max_concurrency());
-  const std::uint64_t pairs = queries * kv_heads;
   const std::uint64_t splits = pairs >= 16 * threads ? 1 : (16 * threads + pairs - 1) / pairs;
-  std::vector<Item> items;
-  std::vector<Segment> segments;  // of all items
+  std::pmr::vector<Item> items(&arena);
+  std::pmr::vector<Segment> segments(&arena);  // of all items
   items.reserve(pairs * splits);
   segments.reserve(pairs * splits);
   std::uint64_t work = 0;  // key slots x queries of all items, summed over the KV heads
@@ -174,15 +179,15 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
     }
   };
   // Kernels per tile width (1, 2, 4, ...: index log2 of it).
-  std::vector<BlockAttention> attend;
+  std::pmr::vector<BlockAttention> attend(&arena);
   for (std::uint32_t width = 1; width <= max_width; width *= 2)
     attend.emplace_back(group * width, dim, r.accumulate_scores ? Rows::float32 : stored_kind(kc),
                         stored_kind(vc));
-  std::vector<QuantizedQuery> q8;  // per (query, KV head), for int8 and int4 keys
+  std::pmr::vector<QuantizedQuery> q8(&arena);  // per (query, KV head), for int8 and int4 keys
   if (integer_rows(attend[0].keys())) {
     q8.reserve(pairs);
     for (std::uint64_t pair = 0; pair < pairs; ++pair)
-      q8.push_back(attend[0].quantize(q + pair * group * dim));
+      q8.push_back(attend[0].quantize(q + pair * group * dim, &arena));
   }
 
   // In pages, from the smaller of the two tiles (K and V may differ in format).
@@ -269,9 +274,9 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
       tbb::parallel_for(all, run_range);
   };
 
-  std::vector<SoftmaxState> partial;
+  std::pmr::vector<SoftmaxState> partial(&arena);
   partial.reserve(items.size());
-  for (const Item& item : items) partial.emplace_back(group * item.width, dim);
+  for (const Item& item : items) partial.emplace_back(group * item.width, dim, &arena);
   for_each_item([&](std::size_t it, float* k, float* v, float* logits) {
     const Item& item = items[it];
     const BlockAttention& kernels = attend[std::countr_zero(item.width)];
@@ -280,14 +285,14 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
     const QuantizedQuery* qq = q8.empty() ? nullptr : &q8[pair];
     // A tile's query heads for this KV head, one query's after another.
     std::vector<float> tile_q;
-    QuantizedQuery tile_q8;
+    std::optional<QuantizedQuery> tile_q8;
     if (item.width > 1) {
       for (std::uint32_t j = 0; j < item.width; ++j) {
         const float* from = q + ((item.query + j) * kv_heads + item.kv_head) * group * dim;
         tile_q.insert(tile_q.end(), from, from + std::size_t{group} * dim);
       }
       qg = tile_q.data();
-      if (integer_rows(kernels.keys())) qq = &(tile_q8 = kernels.quantize(qg));
+      if (integer_rows(kernels.keys())) qq = &tile_q8.emplace(kernels.quantize(qg));
     }
     PendingValues pending;
     if (kernels.keys() != Rows::float32 && kernels.values() != Rows::float32) {
@@ -321,8 +326,8 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
 
   // Gather the parts of each (query, KV head), normalize, write. The state of a pair's only
   // part, one query's own, is its final state as it is (decode's common case: no merging).
-  std::vector<std::uint32_t> parts(pairs, 0);
-  std::vector<std::size_t> last_part(pairs);  // item index
+  std::pmr::vector<std::uint32_t> parts(pairs, 0, &arena);
+  std::pmr::vector<std::size_t> last_part(pairs, &arena);  // item index
   const auto pair_of = [&](std::size_t it, std::uint32_t j) {
     return (items[it].query + j) * kv_heads + items[it].kv_head;
   };
@@ -334,19 +339,19 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   const auto alone = [&](std::uint64_t pair) {
     return parts[pair] == 1 && items[last_part[pair]].width == 1;
   };
-  std::vector<SoftmaxState> merged;
+  std::pmr::vector<SoftmaxState> merged(&arena);
   merged.reserve(pairs);
   for (std::uint64_t pair = 0; pair < pairs; ++pair) {
     if (alone(pair))
       merged.push_back(std::move(partial[last_part[pair]]));
     else
-      merged.emplace_back(group, dim);
+      merged.emplace_back(group, dim, &arena);
   }
   for (std::size_t it = 0; it < items.size(); ++it)
     for (std::uint32_t j = 0; j < items[it].width; ++j)
       if (!alone(pair_of(it, j))) merged[pair_of(it, j)].merge(partial[it], dim, j * group);
-  std::vector<float> weight_sums(queries * heads);  // [pair][group]
-  std::vector<float> row(dim);
+  std::pmr::vector<float> weight_sums(queries * heads, &arena);  // [pair][group]
+  std::pmr::vector<float> row(dim, &arena);
   for (std::uint64_t pair = 0; pair < queries * kv_heads; ++pair) {
     const SoftmaxState& state = merged[pair];
     for (std::uint32_t g = 0; g < group; ++g) {

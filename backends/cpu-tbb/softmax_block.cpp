@@ -194,7 +194,8 @@ KVCACHE_KERNELS_END
 }  // namespace
 
 QuantizedQuery::QuantizedQuery(VectorIsa isa, std::uint32_t group, std::uint32_t dim,
-                               bool int4_keys) {
+                               bool int4_keys, std::pmr::memory_resource* memory)
+    : storage_(memory) {
   const std::size_t parts = dim / 32, heads = group;
   const bool wide = isa == VectorIsa::avx2;
   // Floats first (the buffer is aligned for them), then the codes.
@@ -214,7 +215,7 @@ QuantizedQuery::QuantizedQuery(VectorIsa isa, std::uint32_t group, std::uint32_t
 }
 
 // Asked for only where there are integer key passes: the AVX2 family's or AVX-512 with VNNI.
-QuantizedQuery BlockAttention::quantize(const float* q) const {
+QuantizedQuery BlockAttention::quantize(const float* q, std::pmr::memory_resource* memory) const {
   const std::uint32_t group = group_, dim = dim_, parts = dim / 32;
   // Per head: codes in element order (AVX2), each part's step (that of its chunk) and code sum.
   std::int8_t codes[kMaxDim];
@@ -233,7 +234,7 @@ QuantizedQuery BlockAttention::quantize(const float* q) const {
     }
   };
 
-  QuantizedQuery out(isa_, group, dim, int4_group(keys_) != 0);
+  QuantizedQuery out(isa_, group, dim, int4_group(keys_) != 0, memory);
   if (isa_ == VectorIsa::avx2) {
     for (std::uint32_t h = 0; h < group; ++h) {
       quantize_head(h);

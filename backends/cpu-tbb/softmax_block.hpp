@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory_resource>
 #include <span>
 #include <vector>
 
@@ -21,20 +22,23 @@ namespace kvcache::cpu {
 inline constexpr std::uint32_t kLanes = 16;
 inline constexpr float kRescaleSlack = 8.0f;  // weights stay below 2^8
 class SoftmaxState {
-  // m, l and acc in one allocation: a call makes a state per work item, and small calls are
-  // dominated by such costs. Moves keep the buffer (and so the views); copies are not needed.
-  std::vector<float> storage_;
+  // m, l and acc in one allocation (from `memory`: a call's arena): a call makes a state per
+  // work item, and small calls are dominated by such costs. Moves keep the buffer (and so the
+  // views); assignments would not (a buffer from another resource is copied), nor are copies
+  // needed.
+  std::pmr::vector<float> storage_;
 
  public:
-  SoftmaxState(std::uint32_t group, std::uint32_t dim)
-      : storage_(std::size_t{group} * (1 + kLanes + dim), 0.0f),
+  SoftmaxState(std::uint32_t group, std::uint32_t dim,
+               std::pmr::memory_resource* memory = std::pmr::get_default_resource())
+      : storage_(std::size_t{group} * (1 + kLanes + dim), 0.0f, memory),
         m(storage_.data(), group),
         l(m.data() + group, std::size_t{group} * kLanes),
         acc(l.data() + l.size(), std::size_t{group} * dim) {
     std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
   }
   SoftmaxState(SoftmaxState&&) noexcept = default;
-  SoftmaxState& operator=(SoftmaxState&&) noexcept = default;
+  SoftmaxState& operator=(SoftmaxState&&) = delete;
   SoftmaxState(const SoftmaxState&) = delete;
   SoftmaxState& operator=(const SoftmaxState&) = delete;
 
@@ -92,16 +96,16 @@ struct RowBlock {
 // Laid out for the kernel family that reads them (see BlockAttention::quantize).
 inline constexpr std::uint32_t kQueryChunk = 64;
 class QuantizedQuery {
-  // The family's arrays in one allocation, as SoftmaxState's: a call quantizes q per (query, KV
-  // head). Moves keep the buffer (and so the views); copies are not needed.
-  std::vector<std::byte> storage_;
+  // The family's arrays in one allocation, as SoftmaxState's (and for the same reasons moved,
+  // never assigned): a call quantizes q per (query, KV head).
+  std::pmr::vector<std::byte> storage_;
 
  public:
-  QuantizedQuery() = default;
   // Room for the arrays `isa`'s kernels read (avx2 or avx512), for int4 keys or int8 ones.
-  QuantizedQuery(VectorIsa isa, std::uint32_t group, std::uint32_t dim, bool int4_keys);
+  QuantizedQuery(VectorIsa isa, std::uint32_t group, std::uint32_t dim, bool int4_keys,
+                 std::pmr::memory_resource* memory);
   QuantizedQuery(QuantizedQuery&&) noexcept = default;
-  QuantizedQuery& operator=(QuantizedQuery&&) noexcept = default;
+  QuantizedQuery& operator=(QuantizedQuery&&) = delete;
   QuantizedQuery(const QuantizedQuery&) = delete;
   QuantizedQuery& operator=(const QuantizedQuery&) = delete;
 
@@ -144,7 +148,8 @@ class BlockAttention {
   Rows keys() const { return keys_; }
   Rows values() const { return values_; }
   // q ([group][dim] floats) quantized for the kernels of int8 and int4 keys.
-  QuantizedQuery quantize(const float* q) const;
+  QuantizedQuery quantize(
+      const float* q, std::pmr::memory_resource* memory = std::pmr::get_default_resource()) const;
   // Adds n keys and values to the state. q: [group][dim] floats, and q8 the same quantized
   // (int8 and int4 keys). `logits` has room for group * n floats. The values of the last blocks
   // may wait in `pending` (one per state, block16.hpp) until their span fills: flush() before
