@@ -102,10 +102,8 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   {
     RowBuffer buffer(dim);
     for (std::uint64_t i = 0; i < queries; ++i)
-      for (std::uint32_t h = 0; h < heads; ++h) {
-        const float* row = q_rows.row(i, h, buffer.data());
-        for (std::uint32_t d = 0; d < dim; ++d) q[(i * heads + h) * dim + d] = row[d] * scale;
-      }
+      for (std::uint32_t h = 0; h < heads; ++h)
+        scale_into(q_rows.row(i, h, buffer.data()), scale, q + (i * heads + h) * dim, dim);
   }
 
   // Prefill queries in tiles of up to kMaxGroup query heads per KV head (not when scores are
@@ -357,8 +355,7 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
     for (std::uint32_t g = 0; g < group; ++g) {
       const float sum = weight_sums[pair * group + g] = state.weight_sum(g);
       const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
-      for (std::uint32_t d = 0; d < dim; ++d)
-        row[d] = state.acc[std::size_t{g} * dim + d] * inverse;
+      scale_into(state.acc.data() + std::size_t{g} * dim, inverse, row.data(), dim);
       const std::uint64_t query = pair / kv_heads;
       const std::uint32_t head = static_cast<std::uint32_t>(pair % kv_heads) * group + g;
       store_row(*r.out, query * heads + head, row.data(), dim);

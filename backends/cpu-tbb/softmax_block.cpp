@@ -28,6 +28,16 @@ KVCACHE_AVX512 void exp2_avx512_n(float* x, std::uint32_t n) {
   }
 }
 
+KVCACHE_AVX512 void scale_avx512_n(const float* x, float factor, float* out, std::uint32_t n) {
+  const __m512 f = _mm512_set1_ps(factor);
+  std::uint32_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), f));
+  if (i < n) {
+    const __mmask16 tail = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(out + i, tail, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, x + i), f));
+  }
+}
+
 KVCACHE_AVX512 void logits_avx512(const float* q, std::uint32_t group, std::uint32_t dim,
                                   const float* k, std::uint32_t n, float* logits) {
   for (std::uint32_t j = 0; j < n; ++j) {
@@ -273,6 +283,14 @@ void exp2_in_place(float* x, std::uint32_t n) {
     return;
   }
   for (std::uint32_t i = 0; i < n; ++i) x[i] = std::exp2(x[i]);
+}
+
+void scale_into(const float* x, float factor, float* out, std::uint32_t n) {
+  if (has_avx512()) {
+    scale_avx512_n(x, factor, out, n);
+    return;
+  }
+  for (std::uint32_t i = 0; i < n; ++i) out[i] = x[i] * factor;
 }
 
 void block_logits(const float* q, std::uint32_t group, std::uint32_t dim, const float* k,

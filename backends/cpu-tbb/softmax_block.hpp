@@ -192,5 +192,8 @@ class BlockAttention {
 
 // 2^x for n floats in place (vectorized where the CPU allows).
 void exp2_in_place(float* x, std::uint32_t n);
+// out[i] = x[i] x factor for n floats (vectorized where the CPU allows: a call scales its queries
+// and its outputs so, which the generic code did four floats at a time).
+void scale_into(const float* x, float factor, float* out, std::uint32_t n);
 
 }  // namespace kvcache::cpu
