@@ -125,54 +125,68 @@ bool zero_chunk(float top) {
   return !(top >= std::numeric_limits<float>::min());
 }
 KVCACHE_KERNELS_BEGIN
-// The chunk's 64 codes in one vector; sets its step.
-KVCACHE_AVX512 KVCACHE_INLINE __m512i chunk_codes_avx512(const float* x, float& step) {
-  __m512 magnitude = _mm512_setzero_ps();
-  for (std::uint32_t i = 0; i < kQueryChunk; i += 16)
-    magnitude = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + i)), magnitude);
-  const float top = _mm512_reduce_max_ps(magnitude);
-  if (zero_chunk(top)) {
-    step = 0.0f;
-    return _mm512_setzero_si512();
+// q ([group][dim]) for the AVX-512 integer key passes (see QuantizedQuery): per head its codes, in
+// element order (int8 keys) or its even elements then its odd ones (int4), and per part of 32
+// elements the step and the code sum. All chunks at once (group x dim / kQueryChunk, at most 16):
+// their largest magnitudes by one lane network and their steps and scales by one vector division
+// each, instead of a horizontal maximum and two scalar divisions per chunk; the rest in vectors
+// too (the generic code's scalar sums and strided copies took as long as the quantization).
+KVCACHE_AVX512 void quantize_avx512(const float* q, std::uint32_t group, std::uint32_t dim,
+                                    bool even_then_odd, std::int8_t* to, float* step_of,
+                                    std::int32_t* sum_of) {
+  const std::uint32_t chunks = group * dim / kQueryChunk, per_head = dim / kQueryChunk;
+  __m512 magnitude[16];
+  for (std::uint32_t c = 0; c < 16; ++c) {
+    magnitude[c] = _mm512_setzero_ps();
+    if (c < chunks)
+      for (std::uint32_t i = 0; i < kQueryChunk; i += 16)
+        magnitude[c] =
+            _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(q + c * kQueryChunk + i)), magnitude[c]);
   }
-  step = top / 127.0f;
-  const __m512 scale = _mm512_set1_ps(127.0f / top);
-  __m128i quarter[4];
-  for (int i = 0; i < 4; ++i)
-    quarter[i] = _mm512_cvtsepi32_epi8(
-        _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * i), scale)));
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(quarter[1], quarter[0])),
-                            _mm256_set_m128i(quarter[3], quarter[2]), 1);
-}
-// One head for the AVX-512 integer key passes (see QuantizedQuery): its codes, in element order
-// (int8 keys) or its even elements then its odd ones (int4), and per part of 32 elements the
-// step and the code sum. In vectors throughout: the generic code's scalar sums and strided copies
-// took as long as the quantization itself.
-KVCACHE_AVX512 void quantize_head_avx512(const float* x, std::uint32_t dim, bool even_then_odd,
-                                         std::int8_t* to, float* step_of, std::int32_t* sum_of) {
+  // Lane c: chunk c's largest magnitude; live where it is a normal float (see zero_chunk).
+  const __m512 top = _mm512_permutexvar_ps(_mm512_load_si512(avx512::sum_order().lane_of_slot),
+                                           avx512::sum_lanes16<avx512::MaxFloats>(magnitude));
+  const __mmask16 live =
+      _mm512_cmp_ps_mask(top, _mm512_set1_ps(std::numeric_limits<float>::min()), _CMP_GE_OQ);
+  alignas(64) float steps[16], scales[16];
+  _mm512_store_ps(steps, _mm512_maskz_div_ps(live, top, _mm512_set1_ps(127.0f)));
+  _mm512_store_ps(scales, _mm512_maskz_div_ps(live, _mm512_set1_ps(127.0f), top));
+
   // Per 128-bit lane its 8 even bytes, then its 8 odd ones; then the lanes' even halves first.
   const __m512i lane_split =
       _mm512_broadcast_i32x4(_mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
   const __m512i halves = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
   const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
-  for (std::uint32_t chunk = 0; chunk < dim / kQueryChunk; ++chunk) {
-    float step;
-    const __m512i codes = chunk_codes_avx512(x + chunk * kQueryChunk, step);
+  for (std::uint32_t c = 0; c < chunks; ++c) {
+    const float* x = q + c * kQueryChunk;
+    __m512i codes = _mm512_setzero_si512();
+    if ((live >> c) & 1) {
+      const __m512 scale = _mm512_set1_ps(scales[c]);
+      __m128i quarter[4];
+      for (int i = 0; i < 4; ++i)
+        quarter[i] = _mm512_cvtsepi32_epi8(
+            _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * i), scale)));
+      codes = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(quarter[1], quarter[0])),
+                                 _mm256_set_m128i(quarter[3], quarter[2]), 1);
+    }
     // Sums of 8 codes per 64-bit lane, each code read as code + 128.
     const __m512i eights = _mm512_sad_epu8(_mm512_xor_si512(codes, bias), _mm512_setzero_si512());
     for (int part = 0; part < 2; ++part) {
-      step_of[2 * chunk + part] = step;
-      sum_of[2 * chunk + part] = static_cast<std::int32_t>(
+      step_of[2 * c + part] = steps[c];
+      sum_of[2 * c + part] = static_cast<std::int32_t>(
           _mm512_mask_reduce_add_epi64(static_cast<__mmask8>(0x0F << (4 * part)), eights) -
           32 * 128);
     }
+    std::int8_t* head = to + c / per_head * dim;
+    const std::uint32_t chunk = c % per_head;
     if (!even_then_odd) {
-      _mm512_storeu_si512(to + chunk * kQueryChunk, codes);
+      _mm512_storeu_si512(head + chunk * kQueryChunk, codes);
       continue;
     }
     const __m512i split = _mm512_permutexvar_epi64(halves, _mm512_shuffle_epi8(codes, lane_split));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + chunk * 32), _mm512_castsi512_si256(split));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + dim / 2 + chunk * 32),
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(head + chunk * 32),
+                        _mm512_castsi512_si256(split));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(head + dim / 2 + chunk * 32),
                         _mm512_extracti64x4_epi64(split, 1));
   }
 }
@@ -265,14 +279,14 @@ QuantizedQuery BlockAttention::quantize(const float* q, std::pmr::memory_resourc
     return out;
   }
 
-  for (std::uint32_t h = 0; h < group; ++h) {
-    quantize_head_avx512(q + std::size_t{h} * dim, dim, keys_ != Rows::int8,
-                         out.codes.data() + std::size_t{h} * dim, step_of, sum_of);
-    for (std::uint32_t p = 0; p < parts; ++p) {
-      out.part_steps[h * parts + p] = step_of[p];
-      out.part_sums[h * parts + p] =
-          step_of[p] * static_cast<float>(sum_of[p]) * (keys_ == Rows::int8 ? 128.0f : 1.0f);
-    }
+  // Per part of all heads (group x dim / 32 of them).
+  float part_step[kMaxGroup * kMaxDim / 32];
+  std::int32_t part_sum[kMaxGroup * kMaxDim / 32];
+  quantize_avx512(q, group, dim, keys_ != Rows::int8, out.codes.data(), part_step, part_sum);
+  for (std::uint32_t p = 0; p < group * parts; ++p) {
+    out.part_steps[p] = part_step[p];
+    out.part_sums[p] =
+        part_step[p] * static_cast<float>(part_sum[p]) * (keys_ == Rows::int8 ? 128.0f : 1.0f);
   }
   return out;
 }

@@ -42,10 +42,16 @@ KVCACHE_AVX512 KVCACHE_INLINE __m512 exp2_avx512(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
-// Lane sums for sum_lanes16: float32, or int32 carried in float registers.
+// Lane sums for sum_lanes16: float32, or int32 carried in float registers (or, MaxFloats, lane
+// maxima).
 struct AddFloats {
   KVCACHE_AVX512 KVCACHE_INLINE __m512 operator()(__m512 a, __m512 b) const {
     return _mm512_add_ps(a, b);
+  }
+};
+struct MaxFloats {
+  KVCACHE_AVX512 KVCACHE_INLINE __m512 operator()(__m512 a, __m512 b) const {
+    return _mm512_max_ps(a, b);
   }
 };
 struct AddInts {
