@@ -83,6 +83,7 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   const std::uint64_t queries = plan.queries;
   const InputRows q_rows(*r.q, queries, heads, dim, "q");
   check_out(*r.out);
+  if (queries == 0) return;  // a prefill of no queries: nothing to write
   const std::uint64_t pairs = queries * kv_heads;
   // What the call keeps until it returns comes from one arena, the first buffer sized for the
   // scaled queries and a softmax state per (query, KV head): decodes of a few tokens are

@@ -429,6 +429,27 @@ TEST_P(AttentionConformance, PrefillChunksSeeTheirOwnTokensCausally) {
   for (const auto& [name, options] : masks_) check(name, options, 0, {a, b}, {24, 24}, false);
 }
 
+TEST_P(AttentionConformance, PrefillOfNoQueriesForSomeOrAllSequences) {
+  const SeqId a = store_->create_sequence(), b = store_->create_sequence();
+  append({a, b}, 20);
+  check("causal", nlohmann::json::object(), 0, {a, b}, {0, 5}, false);
+  // None at all: nothing to compute and nothing written (the tensors still need their memory).
+  const std::uint32_t qh = GetParam().heads.q;
+  std::vector<float> q(qh * dim_, 0.0f), out(q.size(), NAN);
+  std::int64_t shape[3] = {0, qh, dim_};
+  DLTensor qt = host_tensor(q.data(), shape), ot = host_tensor(out.data(), shape);
+  const std::vector<std::uint32_t> none = {0, 0};
+  const std::vector<SeqId> ids = {a, b};
+  AttentionRequest request;
+  request.sequences = ids;
+  request.query_counts = none;
+  request.q = &qt;
+  request.out = &ot;
+  request.visible = {{}, {}, 1};
+  attention_->prefill(*store_, request);
+  for (float x : out) ASSERT_TRUE(std::isnan(x));
+}
+
 TEST_P(AttentionConformance, AccumulatedScoresEqualTheReferenceWeights) {
   const SeqId a = store_->create_sequence(), b = store_->create_sequence();
   append({a, b}, 45);
