@@ -85,12 +85,14 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   check_out(*r.out);
   if (queries == 0) return;  // a prefill of no queries: nothing to write
   const std::uint64_t pairs = queries * kv_heads;
-  // What the call keeps until it returns comes from one arena, the first buffer sized for the
-  // scaled queries and a softmax state per (query, KV head): decodes of a few tokens are
-  // dominated by per-call costs, some thirty allocations among them. Not for what the parallel
-  // tasks allocate (the arena is not synchronized).
-  std::pmr::monotonic_buffer_resource arena(
-      (queries * heads * dim + pairs * group * (1 + kLanes + dim)) * sizeof(float) + 16384);
+  // What the call keeps until it returns comes from one arena: decodes of a few tokens are
+  // dominated by per-call costs, some thirty allocations among them. Its first buffer holds the
+  // scaled queries and a softmax state per (query, KV head), up to 4 MiB (a large prefill's
+  // further buffers grow from that, not from its whole size). Not for what the parallel tasks
+  // allocate (the arena is not synchronized).
+  std::pmr::monotonic_buffer_resource arena(std::min<std::uint64_t>(
+      (queries * heads * dim + pairs * group * (1 + kLanes + dim)) * sizeof(float) + 16384,
+      std::uint64_t{4} << 20));
   std::pmr::vector<PagedStore::LayerView> views(&arena);
   views.reserve(r.sequences.size());
   for (const SeqId id : r.sequences) views.push_back(store->view(id, r.layer));

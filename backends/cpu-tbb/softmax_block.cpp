@@ -222,11 +222,13 @@ QuantizedQuery::QuantizedQuery(VectorIsa isa, std::uint32_t group, std::uint32_t
     : storage_(memory) {
   const std::size_t parts = dim / 32, heads = group;
   const bool wide = isa == VectorIsa::avx2;
-  // Floats first (the buffer is aligned for them), then the codes.
+  // Floats first, then the codes (in the floats after them: a buffer of floats is aligned for
+  // floats and for the codes, bytes or int16, whatever resource it comes from).
   const std::size_t floats = wide ? parts * 8 * (int4_keys ? 2 : 1) : heads * parts * 2;
-  storage_.resize(floats * sizeof(float) + heads * dim * (wide ? 2 : 1));
-  auto* f = reinterpret_cast<float*>(storage_.data());
-  auto* after = storage_.data() + floats * sizeof(float);
+  const std::size_t code_bytes = heads * dim * (wide ? 2 : 1);
+  storage_.resize(floats + (code_bytes + sizeof(float) - 1) / sizeof(float));
+  float* f = storage_.data();
+  auto* after = reinterpret_cast<std::byte*>(f + floats);
   if (wide) {
     pair_steps = {f, parts * 8};
     if (int4_keys) pair_sums = {f + parts * 8, parts * 8};

@@ -22,15 +22,16 @@ namespace kvcache::cpu {
 inline constexpr std::uint32_t kLanes = 16;
 inline constexpr float kRescaleSlack = 8.0f;  // weights stay below 2^8
 class SoftmaxState {
-  // m, l and acc in one allocation (from `memory`: a call's arena): a call makes a state per
-  // work item, and small calls are dominated by such costs. Moves keep the buffer (and so the
+  // m, l and acc in one allocation (from `memory`: a call's arena, or operator new, thread-safe
+  // whatever the process's default resource): a call makes a state per work item, and small
+  // calls are dominated by such costs. Moves keep the buffer (and so the
   // views); assignments would not (a buffer from another resource is copied), nor are copies
   // needed.
   std::pmr::vector<float> storage_;
 
  public:
   SoftmaxState(std::uint32_t group, std::uint32_t dim,
-               std::pmr::memory_resource* memory = std::pmr::get_default_resource())
+               std::pmr::memory_resource* memory = std::pmr::new_delete_resource())
       : storage_(std::size_t{group} * (1 + kLanes + dim), 0.0f, memory),
         m(storage_.data(), group),
         l(m.data() + group, std::size_t{group} * kLanes),
@@ -98,7 +99,7 @@ inline constexpr std::uint32_t kQueryChunk = 64;
 class QuantizedQuery {
   // The family's arrays in one allocation, as SoftmaxState's (and for the same reasons moved,
   // never assigned): a call quantizes q per (query, KV head).
-  std::pmr::vector<std::byte> storage_;
+  std::pmr::vector<float> storage_;
 
  public:
   // Room for the arrays `isa`'s kernels read (avx2 or avx512), for int4 keys or int8 ones.
@@ -147,9 +148,10 @@ class BlockAttention {
   BlockAttention(std::uint32_t group, std::uint32_t dim, Rows stored_keys, Rows stored_values);
   Rows keys() const { return keys_; }
   Rows values() const { return values_; }
-  // q ([group][dim] floats) quantized for the kernels of int8 and int4 keys.
+  // q ([group][dim] floats) quantized for the kernels of int8 and int4 keys, into `memory` (as
+  // SoftmaxState's).
   QuantizedQuery quantize(
-      const float* q, std::pmr::memory_resource* memory = std::pmr::get_default_resource()) const;
+      const float* q, std::pmr::memory_resource* memory = std::pmr::new_delete_resource()) const;
   // Adds n keys and values to the state. q: [group][dim] floats, and q8 the same quantized
   // (int8 and int4 keys). `logits` has room for group * n floats. The values of the last blocks
   // may wait in `pending` (one per state, block16.hpp) until their span fills: flush() before
