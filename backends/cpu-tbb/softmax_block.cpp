@@ -127,13 +127,14 @@ bool zero_chunk(float top) {
 KVCACHE_KERNELS_BEGIN
 // q ([group][dim]) for the AVX-512 integer key passes (see QuantizedQuery): per head its codes, in
 // element order (int8 keys) or its even elements then its odd ones (int4), and per part of 32
-// elements the step and the code sum. All chunks at once (group x dim / kQueryChunk, at most 16):
-// their largest magnitudes by one lane network and their steps and scales by one vector division
-// each, instead of a horizontal maximum and two scalar divisions per chunk; the rest in vectors
-// too (the generic code's scalar sums and strided copies took as long as the quantization).
+// elements the step and step x the code sum x sum_unit. All chunks at once (group x dim /
+// kQueryChunk, at most 16): their largest magnitudes by one lane network and their steps and scales
+// by one vector division each, instead of a horizontal maximum and two scalar divisions per chunk;
+// the rest in vectors too (the generic code's scalar sums and strided copies took as long as the
+// quantization).
 KVCACHE_AVX512 void quantize_avx512(const float* q, std::uint32_t group, std::uint32_t dim,
-                                    bool even_then_odd, std::int8_t* to, float* step_of,
-                                    std::int32_t* sum_of) {
+                                    bool even_then_odd, float sum_unit, std::int8_t* to,
+                                    float* step_of, float* sum_of) {
   const std::uint32_t chunks = group * dim / kQueryChunk, per_head = dim / kQueryChunk;
   __m512 magnitude[16];
   for (std::uint32_t c = 0; c < 16; ++c) {
@@ -172,10 +173,11 @@ KVCACHE_AVX512 void quantize_avx512(const float* q, std::uint32_t group, std::ui
     // Sums of 8 codes per 64-bit lane, each code read as code + 128.
     const __m512i eights = _mm512_sad_epu8(_mm512_xor_si512(codes, bias), _mm512_setzero_si512());
     for (int part = 0; part < 2; ++part) {
-      step_of[2 * c + part] = steps[c];
-      sum_of[2 * c + part] = static_cast<std::int32_t>(
+      const auto sum = static_cast<std::int32_t>(
           _mm512_mask_reduce_add_epi64(static_cast<__mmask8>(0x0F << (4 * part)), eights) -
           32 * 128);
+      step_of[2 * c + part] = steps[c];
+      sum_of[2 * c + part] = steps[c] * static_cast<float>(sum) * sum_unit;
     }
     std::int8_t* head = to + c / per_head * dim;
     const std::uint32_t chunk = c % per_head;
@@ -243,11 +245,19 @@ QuantizedQuery::QuantizedQuery(VectorIsa isa, std::uint32_t group, std::uint32_t
 // Asked for only where there are integer key passes: the AVX2 family's or AVX-512 with VNNI.
 QuantizedQuery BlockAttention::quantize(const float* q, std::pmr::memory_resource* memory) const {
   const std::uint32_t group = group_, dim = dim_, parts = dim / 32;
-  // Per head: codes in element order (AVX2), each part's step (that of its chunk) and code sum.
+  QuantizedQuery out(isa_, group, dim, int4_group(keys_) != 0, memory);
+  if (isa_ == VectorIsa::avx512) {
+    // Parts are [group][dim / 32] in both; int8 keys' sums carry their offset's 128.
+    quantize_avx512(q, group, dim, keys_ != Rows::int8, keys_ == Rows::int8 ? 128.0f : 1.0f,
+                    out.codes.data(), out.part_steps.data(), out.part_sums.data());
+    return out;
+  }
+
+  // AVX2, per head: codes in element order, each part's step (that of its chunk) and code sum.
   std::int8_t codes[kMaxDim];
   float step_of[kMaxDim / 32];
   std::int32_t sum_of[kMaxDim / 32];
-  const auto quantize_head = [&](std::uint32_t h) {
+  for (std::uint32_t h = 0; h < group; ++h) {
     for (std::uint32_t chunk = 0; chunk < dim / kQueryChunk; ++chunk) {
       const float step = quantize_chunk_avx2(q + std::size_t{h} * dim + chunk * kQueryChunk,
                                              codes + chunk * kQueryChunk);
@@ -258,37 +268,19 @@ QuantizedQuery BlockAttention::quantize(const float* q, std::pmr::memory_resourc
       sum_of[p] = 0;
       for (std::uint32_t e = 32 * p; e < 32 * p + 32; ++e) sum_of[p] += codes[e];
     }
-  };
-
-  QuantizedQuery out(isa_, group, dim, int4_group(keys_) != 0, memory);
-  if (isa_ == VectorIsa::avx2) {
-    for (std::uint32_t h = 0; h < group; ++h) {
-      quantize_head(h);
-      std::int16_t* wide = out.wide_codes.data() + std::size_t{h} * dim;
-      for (std::uint32_t e = 0; e < dim; ++e) {
-        const std::uint32_t at =
-            keys_ == Rows::int8 ? e : e / 32 * 32 + e % 2 * 16 + e % 32 / 2;  // see keys16_int
-        wide[at] = codes[e];
-      }
-      // Lanes i of the pair arrays are head i / (8 / group)'s.
-      for (std::uint32_t p = 0; p < parts; ++p)
-        for (std::uint32_t lane = h * (8 / group); lane < (h + 1) * (8 / group); ++lane) {
-          out.pair_steps[p * 8 + lane] = step_of[p];
-          if (int4_group(keys_) != 0)
-            out.pair_sums[p * 8 + lane] = step_of[p] * static_cast<float>(sum_of[p]);
-        }
+    std::int16_t* wide = out.wide_codes.data() + std::size_t{h} * dim;
+    for (std::uint32_t e = 0; e < dim; ++e) {
+      const std::uint32_t at =
+          keys_ == Rows::int8 ? e : e / 32 * 32 + e % 2 * 16 + e % 32 / 2;  // see keys16_int
+      wide[at] = codes[e];
     }
-    return out;
-  }
-
-  // Per part of all heads (group x dim / 32 of them).
-  float part_step[kMaxGroup * kMaxDim / 32];
-  std::int32_t part_sum[kMaxGroup * kMaxDim / 32];
-  quantize_avx512(q, group, dim, keys_ != Rows::int8, out.codes.data(), part_step, part_sum);
-  for (std::uint32_t p = 0; p < group * parts; ++p) {
-    out.part_steps[p] = part_step[p];
-    out.part_sums[p] =
-        part_step[p] * static_cast<float>(part_sum[p]) * (keys_ == Rows::int8 ? 128.0f : 1.0f);
+    // Lanes i of the pair arrays are head i / (8 / group)'s.
+    for (std::uint32_t p = 0; p < parts; ++p)
+      for (std::uint32_t lane = h * (8 / group); lane < (h + 1) * (8 / group); ++lane) {
+        out.pair_steps[p * 8 + lane] = step_of[p];
+        if (int4_group(keys_) != 0)
+          out.pair_sums[p * 8 + lane] = step_of[p] * static_cast<float>(sum_of[p]);
+      }
   }
   return out;
 }

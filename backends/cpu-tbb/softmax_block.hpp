@@ -24,9 +24,8 @@ inline constexpr float kRescaleSlack = 8.0f;  // weights stay below 2^8
 class SoftmaxState {
   // m, l and acc in one allocation (from `memory`: a call's arena, or operator new, thread-safe
   // whatever the process's default resource): a call makes a state per work item, and small
-  // calls are dominated by such costs. Moves keep the buffer (and so the
-  // views); assignments would not (a buffer from another resource is copied), nor are copies
-  // needed.
+  // calls are dominated by such costs. Moves keep the buffer (and so the views); assignments
+  // would not (a buffer from another resource is copied), nor are copies needed.
   std::pmr::vector<float> storage_;
 
  public:
