@@ -19,23 +19,32 @@ using namespace avx512;
 
 KVCACHE_KERNELS_BEGIN
 
-KVCACHE_AVX512 void exp2_avx512_n(float* x, std::uint32_t n) {
+// out[i] = op(x[i]) for n floats, 16 at a time and a masked tail (out may be x).
+template <class Op>
+KVCACHE_AVX512 KVCACHE_INLINE void map_avx512_n(const float* x, float* out, std::uint32_t n,
+                                                Op op) {
   std::uint32_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, exp2_avx512(_mm512_loadu_ps(x + i)));
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, op(_mm512_loadu_ps(x + i)));
   if (i < n) {
     const __mmask16 tail = static_cast<__mmask16>((1u << (n - i)) - 1);
-    _mm512_mask_storeu_ps(x + i, tail, exp2_avx512(_mm512_maskz_loadu_ps(tail, x + i)));
+    _mm512_mask_storeu_ps(out + i, tail, op(_mm512_maskz_loadu_ps(tail, x + i)));
   }
 }
-
-KVCACHE_AVX512 void scale_avx512_n(const float* x, float factor, float* out, std::uint32_t n) {
-  const __m512 f = _mm512_set1_ps(factor);
-  std::uint32_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), f));
-  if (i < n) {
-    const __mmask16 tail = static_cast<__mmask16>((1u << (n - i)) - 1);
-    _mm512_mask_storeu_ps(out + i, tail, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, x + i), f));
+// The operations mapped (functors: a lambda's operator() would not get the AVX-512 target).
+struct Exp2 {
+  KVCACHE_AVX512 KVCACHE_INLINE __m512 operator()(__m512 v) const { return exp2_avx512(v); }
+};
+struct Times {
+  __m512 factor;
+  KVCACHE_AVX512 KVCACHE_INLINE __m512 operator()(__m512 v) const {
+    return _mm512_mul_ps(v, factor);
   }
+};
+KVCACHE_AVX512 void exp2_avx512_n(float* x, std::uint32_t n) {
+  map_avx512_n(x, x, n, Exp2{});
+}
+KVCACHE_AVX512 void scale_avx512_n(const float* x, float factor, float* out, std::uint32_t n) {
+  map_avx512_n(x, out, n, Times{_mm512_set1_ps(factor)});
 }
 
 KVCACHE_AVX512 void logits_avx512(const float* q, std::uint32_t group, std::uint32_t dim,
