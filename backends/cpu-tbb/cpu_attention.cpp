@@ -353,7 +353,7 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
       if (!alone(pair_of(it, j))) merged[pair_of(it, j)].merge(partial[it], dim, j * group);
   std::pmr::vector<float> weight_sums(queries * heads, &arena);  // [pair][group]
   std::pmr::vector<float> row(dim, &arena);
-  for (std::uint64_t pair = 0; pair < queries * kv_heads; ++pair) {
+  for (std::uint64_t pair = 0; pair < pairs; ++pair) {
     const SoftmaxState& state = merged[pair];
     for (std::uint32_t g = 0; g < group; ++g) {
       const float sum = weight_sums[pair * group + g] = state.weight_sum(g);
