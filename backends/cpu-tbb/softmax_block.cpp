@@ -341,8 +341,8 @@ BlockAttention::BlockAttention(std::uint32_t group, std::uint32_t dim, Rows stor
     key_pass_ = nullptr;
     value_pass_ = nullptr;
   }
-  // The AVX-512 int4 value pass takes spans (int8 rows, whose format errs less, are rounded per
-  // block of 16: see kLargestCode).
+  // The AVX-512 int8 and int4 value passes take spans (see kSpanBlocks and kLargestCode).
+  if (isa_ == VectorIsa::avx512 && values_ == Rows::int8) span_ = kInt8SpanBlocks;
   if (isa_ == VectorIsa::avx512 && int4_group(values_) != 0) span_ = kSpanBlocks;
   key_bytes_ = row_bytes(keys_, dim);
   key_meta_ = meta_bytes(keys_, dim);

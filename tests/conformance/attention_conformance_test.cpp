@@ -684,7 +684,7 @@ TEST(AttentionOutputs, RejectsMalformedRequests) {
 
 // Quantized values with fp16 keys (q is not rounded), under weights from uniform (q = 0) to
 // sharply peaked (q x 40: within a block one token takes nearly all), so that a kernel rounding
-// the weights of a block (cpu-tbb: to int16 against the block's largest, int4 values with
+// the weights of a block (cpu-tbb: to int16 against the largest of two blocks, int4 values with
 // AVX-512 to bytes against a span's) is seen at both ends: 1e-3 against the reference over the
 // stored values (plus weight_rounding_bound for byte weights), head_dim 128, a ragged 301 tokens.
 TEST(AttentionOutputs, QuantizedValuesUnderUniformAndPeakedWeights) {

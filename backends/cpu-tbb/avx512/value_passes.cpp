@@ -93,46 +93,59 @@ struct CodeWords {
 inline constexpr CodeWords kCodeWords;
 inline constexpr __mmask64 kHighBytes = 0xAAAAAAAAAAAAAAAA;
 
-// int8 values: per head, the weights times the row scales rounded against their largest; H
-// vectors of the rows per pass so that the G x H int32 sums stay in registers.
+// int8 values, the blocks of a span (up to kInt8SpanBlocks) at once: per head, the weights times
+// the row scales rounded against their largest in the span (see kLargestCode); H vectors of the
+// rows per pass so that the G x H int32 sums stay in registers.
 template <int G, int D>
-KVCACHE_VBMI void values16_int8(const Block16& b) {
-  const __m512 scales = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << b.n) - 1), b.v_meta);
-  alignas(64) std::int16_t codes[G][16];
+KVCACHE_VBMI void values_int8(const Block16* blocks, std::uint32_t count) {
+  alignas(64) std::int16_t codes[G][16 * kInt8SpanBlocks];
   float unit[G];
+  __m512 scales[kInt8SpanBlocks];
+  for (std::uint32_t k = 0; k < count; ++k)
+    scales[k] =
+        _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << blocks[k].n) - 1), blocks[k].v_meta);
   for (int g = 0; g < G; ++g) {
-    const __m512 w = _mm512_mul_ps(_mm512_load_ps(b.weight + kSpan * g), scales);
-    const __m512 top = broadcast_max(w);
-    store_codes(_mm512_mul_ps(w, _mm512_mul_ps(reciprocal(top), _mm512_set1_ps(kLargestCode))),
-                codes[g]);
+    __m512 w[kInt8SpanBlocks];
+    __m512 top = w[0] = _mm512_mul_ps(_mm512_load_ps(blocks[0].weight + kSpan * g), scales[0]);
+    for (std::uint32_t k = 1; k < count; ++k)
+      top = _mm512_max_ps(
+          top, w[k] = _mm512_mul_ps(_mm512_load_ps(blocks[k].weight + kSpan * g), scales[k]));
+    top = broadcast_max(top);
+    const __m512 factor = _mm512_mul_ps(reciprocal(top), _mm512_set1_ps(kLargestCode));
+    for (std::uint32_t k = 0; k < count; ++k)
+      store_codes(_mm512_mul_ps(w[k], factor), codes[g] + 16 * k);
     unit[g] = _mm512_cvtss_f32(top) / kLargestCode;
   }
   constexpr int C = D / 16;
   constexpr int H = C < 16 / G ? C : 16 / G;  // vectors per pass, even
-  const auto* v = static_cast<const std::byte*>(b.v);
   const __m512i index[2] = {_mm512_load_si512(kCodeWords.index[0]),
                             _mm512_load_si512(kCodeWords.index[1])};
   for (int pass = 0; pass < C; pass += H) {
     __m512i a[G][H];
     for (int g = 0; g < G; ++g)
       for (int h = 0; h < H; ++h) a[g][h] = _mm512_setzero_si512();
-    for (std::uint32_t j = 0; j < b.n; j += 2) {
-      if (pass == 0) prefetch_shares(b, kShares / 2 + j, 2);
-      __m512i pair[G];  // each head's weights of rows j, j + 1, broadcast once for the pass
-      for (int g = 0; g < G; ++g)
-        pair[g] = _mm512_set1_epi32(*reinterpret_cast<const AliasedWord*>(codes[g] + j));
-      for (int h = 0; h < H; h += 2) {
-        const __m512i bytes = row_pair_bytes<D>(v, j, 16 * (pass + h));
-        for (int half = 0; half < 2; ++half) {
-          const __m512i words =
-              _mm512_srai_epi16(_mm512_maskz_permutexvar_epi8(kHighBytes, index[half], bytes), 8);
-          for (int g = 0; g < G; ++g) a[g][h + half] = dpwssd(a[g][h + half], words, pair[g]);
+    for (std::uint32_t k = 0; k < count; ++k) {
+      const Block16& b = blocks[k];
+      const auto* v = static_cast<const std::byte*>(b.v);
+      for (std::uint32_t j = 0; j < b.n; j += 2) {
+        if (pass == 0) prefetch_shares(b, kShares / 2 + j, 2);
+        __m512i pair[G];  // each head's weights of rows j, j + 1, broadcast once for the pass
+        for (int g = 0; g < G; ++g)
+          pair[g] = _mm512_set1_epi32(*reinterpret_cast<const AliasedWord*>(codes[g] + 16 * k + j));
+        for (int h = 0; h < H; h += 2) {
+          const __m512i bytes = row_pair_bytes<D>(v, j, 16 * (pass + h));
+          for (int half = 0; half < 2; ++half) {
+            const __m512i words =
+                _mm512_srai_epi16(_mm512_maskz_permutexvar_epi8(kHighBytes, index[half], bytes), 8);
+            for (int g = 0; g < G; ++g) a[g][h + half] = dpwssd(a[g][h + half], words, pair[g]);
+          }
         }
       }
     }
+    float* acc = blocks[0].acc;
     for (int g = 0; g < G; ++g)
       for (int h = 0; h < H; ++h) {
-        float* out = b.acc + g * D + 16 * (pass + h);
+        float* out = acc + g * D + 16 * (pass + h);
         _mm512_storeu_ps(out, _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[g][h]), _mm512_set1_ps(unit[g]),
                                               _mm512_loadu_ps(out)));
       }
@@ -332,7 +345,7 @@ ValuePass value_pass(std::uint32_t group, std::uint32_t dim, Rows values) {
   return for_shape<ValuePass>(group, dim, [values, vbmi, gfni]<int G, int D>() {
     return for_kind<D, ValuePass>(
         values, []<Rows R>() -> ValuePass { return &each_block<&values16<G, D, R>>; },
-        vbmi ? &each_block<&values16_int8<G, D>> : nullptr,
+        vbmi ? &values_int8<G, D> : nullptr,
         [vbmi, gfni]<int S>() -> ValuePass {
           if (!vbmi) return nullptr;
           return gfni ? &values_int4<G, D, S, true> : &values_int4<G, D, S, false>;
