@@ -75,6 +75,14 @@ bool has_gfni() {
   return yes;
 }
 
+bool prefetch_rows_into_l1() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_is("amd") == 0;
+  }();
+  return yes;
+}
+
 const char* kernel_family() {
   switch (vector_isa()) {
     case VectorIsa::avx512:

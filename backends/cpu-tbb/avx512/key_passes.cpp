@@ -117,7 +117,7 @@ KVCACHE_AVX512 KVCACHE_INLINE __m512i dpbusd_broadcast(__m512i acc, __m512i a,
 // 16 int8 keys: vpdpbusd multiplies unsigned by signed bytes, so the key codes are flipped to
 // unsigned (k + 128, an xor) and 128 x the query's codes taken off per part of 32 elements; the
 // part's step turns the exact integer sums into the logits, which the rows' scales multiply.
-template <int G, int D>
+template <int G, int D, bool RowsToL1>
 KVCACHE_VNNI void keys16_int8(const Block16& b) {
   static_assert(D == 64 || D == 128);
   constexpr int Parts = D / 32;
@@ -126,11 +126,12 @@ KVCACHE_VNNI void keys16_int8(const Block16& b) {
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 logits[G];
   for (int g = 0; g < G; ++g) logits[g] = _mm512_setzero_ps();
-  // The transpositions sweep the rows' halves one after the other, 64 of every D bytes: the
-  // block's lines are asked for into L1 first, so that the second sweep's do not wait (int8 at
-  // 32768 tokens, from memory, about 10% faster).
-  for (int line = 0; line < D / 4; ++line)
-    _mm_prefetch(reinterpret_cast<const char*>(k) + 64 * line, _MM_HINT_T0);
+  // The transpositions sweep the rows' halves one after the other, 64 of every D bytes: where
+  // it pays (see prefetch_rows_into_l1), the block's lines are asked for into L1 first, so that
+  // the second sweep's do not wait.
+  if constexpr (RowsToL1)
+    for (int line = 0; line < D / 4; ++line)
+      _mm_prefetch(reinterpret_cast<const char*>(k) + 64 * line, _MM_HINT_T0);
 #pragma GCC unroll 2
   for (int half = 0; half < D / 64; ++half) {  // 64 bytes of each row: 16 columns, parts 2h, 2h+1
     prefetch_key_shares<D / 64>(b, half);
@@ -215,10 +216,11 @@ KVCACHE_KERNELS_END
 }  // namespace
 
 Pass16 key_pass(std::uint32_t group, std::uint32_t dim, Rows keys) {
-  const bool gfni = has_gfni();
-  return for_shape(group, dim, [keys, gfni]<int G, int D>() {
+  const bool gfni = has_gfni(), rows_to_l1 = prefetch_rows_into_l1();
+  return for_shape(group, dim, [keys, gfni, rows_to_l1]<int G, int D>() {
     return for_kind<D>(
-        keys, []<Rows R>() -> Pass16 { return &keys16<G, D, R>; }, &keys16_int8<G, D>,
+        keys, []<Rows R>() -> Pass16 { return &keys16<G, D, R>; },
+        rows_to_l1 ? &keys16_int8<G, D, true> : &keys16_int8<G, D, false>,
         [gfni]<int S>() -> Pass16 {
           return gfni ? &keys16_int4<G, D, S, true> : &keys16_int4<G, D, S, false>;
         });
