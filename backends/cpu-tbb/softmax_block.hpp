@@ -129,8 +129,8 @@ struct Block16;
 struct PendingValues;
 // A pass over a block of 16: keys to weights, or weights and values to the accumulators. Value
 // passes take the blocks of a span (see kSpanBlocks): all at once (the AVX-512 int4 pass, given
-// whole spans, a last one of 2 or 3 blocks padded with empty blocks, or a lone block) or one by
-// one.
+// whole spans, a last one of 2 or 3 blocks padded with empty blocks, or a lone block; the AVX-512
+// int8 pass, spans of kInt8SpanBlocks or a lone block) or one by one.
 using Pass16 = void (*)(const Block16&);
 using ValuePass = void (*)(const Block16* blocks, std::uint32_t count);
 
