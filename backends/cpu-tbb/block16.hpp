@@ -112,6 +112,13 @@ template <int G>
 KVCACHE_INLINE void prefetch_key_shares(const Block16& b, int g) {
   prefetch_shares(b, static_cast<std::uint32_t>(g) * kShares / 2 / G, kShares / 2 / G);
 }
+// All the shares, pass g of G, for a key pass whose values wait for their span (AVX-512 int4):
+// a value pass over four blocks would ask for four blocks' shares at once (int4 calls of 32768
+// tokens on one thread about 3% faster with all of them asked for here).
+template <int G>
+KVCACHE_INLINE void prefetch_all_shares(const Block16& b, int g) {
+  prefetch_shares(b, static_cast<std::uint32_t>(g) * kShares / G, kShares / G);
+}
 
 // A value pass for the blocks of a span that goes through them one by one.
 template <Pass16 Pass>

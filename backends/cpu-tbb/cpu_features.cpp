@@ -69,12 +69,6 @@ bool has_vbmi() {
   return yes;
 }
 
-bool has_gfni() {
-  static const bool yes =
-      has_avx512() && __builtin_cpu_supports("gfni") != 0 && !set("KVCACHE_CPU_NO_GFNI");
-  return yes;
-}
-
 bool prefetch_rows_into_l1() {
   static const bool yes = [] {
     __builtin_cpu_init();

@@ -1,11 +1,9 @@
 // Which vector kernels the CPU backend may use, decided once per process from what the CPU has
-// and four variables (so that every family can be tested on one machine):
+// and three variables (so that every family can be tested on one machine):
 //   KVCACHE_CPU_ISA=avx512|avx2|portable  the widest family allowed (never wider than the CPU's)
 //   KVCACHE_CPU_NO_VNNI=1                 no integer dot-product instructions
 //   KVCACHE_CPU_NO_VBMI=1                 no AVX-512 byte permutes (int8 and int4 values then
 //                                         decoded to float, as on CPUs without them)
-//   KVCACHE_CPU_NO_GFNI=1                 no GF(2) affine byte transforms (int4 nibbles then
-//                                         taken apart by shifts, as on CPUs without them)
 #pragma once
 
 namespace kvcache::cpu {
@@ -25,10 +23,6 @@ bool has_vnni();
 // Whether the avx512 family may permute bytes (AVX512_VBMI: every AVX-512 CPU with VNNI but
 // Cascade and Cooper Lake), which its int8 and int4 value passes need.
 bool has_vbmi();
-
-// Whether the avx512 family may use GFNI's affine byte transform (every AVX-512 CPU with VBMI
-// but Cannon Lake), which takes an int4 code's high nibble in one instruction instead of two.
-bool has_gfni();
 
 // Whether the AVX-512 int8 key pass asks for a block's rows into L1 before it transposes them:
 // on Intel CPUs (Sapphire Rapids: int8 from memory about 10% faster), not on AMD's (Zen 4:

@@ -156,7 +156,7 @@ KVCACHE_VBMI void values_int8(const Block16* blocks, std::uint32_t count) {
 // (16 bytes per chunk; index[s] for chunk 2p + s) that put byte order(i) of the chunk of both
 // rows in bytes 0 and 1 of lane i; the same indices, merged into bytes 2 and 3 from rows j + 2
 // and j + 3, complete the lane's four rows for vpdpbusd. The low nibbles (the chunk's even
-// elements) are then an and away and the high ones (odd elements) high_nibbles. order is
+// elements) and the high ones (odd elements) are then taken apart by centered_codes. order is
 // chosen so that interleaving the lanes of the even and odd sums (unpacklo/hi_epi32) gives the
 // chunk's elements 0..15 and 16..31 in order.
 struct NibbleQuads {
@@ -173,6 +173,18 @@ struct NibbleQuads {
 };
 inline constexpr NibbleQuads kNibbleQuads;
 inline constexpr __mmask64 kUpperWordBytes = 0xCCCCCCCCCCCCCCCC;
+
+// The high nibble c of each byte of x as the signed byte 16 (c - 8): kept in place (an and and
+// an xor in one ternary-logic instruction), so that no shift or GF(2) affine transform (which
+// would take a pipe the dot products need) moves it down. The low nibbles go through it shifted
+// up by 4 (a word shift: what moves into the next byte is masked off).
+KVCACHE_AVX512 KVCACHE_INLINE __m512i centered_codes(__m512i x) {
+  constexpr int kAndXor = (0xF0 & 0xCC) ^ 0xAA;  // (a & b) ^ c
+  return _mm512_ternarylogic_epi32(x, _mm512_set1_epi8(static_cast<char>(0xF0)),
+                                   _mm512_set1_epi8(static_cast<char>(0x80)), kAndXor);
+}
+// What centered_codes' sums are short of: they count 16 times the codes.
+inline constexpr float kCenteredUnit = 1.0f / 16.0f;
 
 // acc + the products of w's unsigned bytes and a's signed ones, four per 32-bit lane
 // (vpdpbusd); inline assembly and by value for the reasons given at dpwssd.
@@ -196,14 +208,14 @@ KVCACHE_AVX512 KVCACHE_INLINE __m512i byte_weights(const __m512 scaled[kSpanBloc
 // dot products of byte weights and four rows' codes (vpdpbusd). Per (head, group) the weights
 // times the group's scales are rounded to bytes against the head's largest weight times the
 // group's largest scale in the span (see kLargestByteWeight); the codes count from the middle
-// of their range (code - 8), so the rounding errs around zero instead of losing the weights
-// rounded away: the minima and 8 x the scales times the weights, less 8 x what the rounded
-// weights add up to, make one sum per (head, group), added to the group's elements. The rows go
+// of their range (code - 8, centered_codes), so the rounding errs around zero instead of
+// losing the weights rounded away: the minima and 8 x the scales times the weights make one sum
+// per (head, group), added to the group's elements. The rows go
 // through in chunks of 32 elements (two byte permutes per four rows), in passes small enough
 // that each (head, chunk)'s even and odd sums stay in registers. Takes Blocks blocks, a whole
 // span or one (BlockAttention::flush pads a last span of more with empty blocks), so that the
 // loops over them have fixed trip counts.
-template <int G, int D, int S, bool Gfni, std::uint32_t Blocks>
+template <int G, int D, int S, std::uint32_t Blocks>
 KVCACHE_VBMI void values_int4_span(const Block16* blocks) {
   static_assert(D == 64 || D == 128);
   constexpr int Groups = D / S, Chunks = D / 32;
@@ -215,13 +227,14 @@ KVCACHE_VBMI void values_int4_span(const Block16* blocks) {
   alignas(64) float minimum_sum[(G * Groups + 15) / 16 * 16];
   {
     // Weights scaled to at most kLargestByteWeight per head, scales to at most 1 per group.
-    __m512 top_step[Groups], reciprocal_top_scale[Groups];  // top_step: top scale / 255
+    // top_step: top scale / 255, over 16 for centered_codes.
+    __m512 top_step[Groups], reciprocal_top_scale[Groups];
     for (int i = 0; i < Groups; ++i) {
       __m512 top = params[0].scale[i];
       for (std::uint32_t k = 1; k < Blocks; ++k) top = _mm512_max_ps(top, params[k].scale[i]);
       top = broadcast_max(top);
       reciprocal_top_scale[i] = reciprocal(top);
-      top_step[i] = _mm512_mul_ps(top, _mm512_set1_ps(1.0f / kLargestByteWeight));
+      top_step[i] = _mm512_mul_ps(top, _mm512_set1_ps(kCenteredUnit / kLargestByteWeight));
     }
     // The scales relative to their group's largest, and (below) each head's weights relative
     // to its largest times kLargestByteWeight: their products are the byte weights.
@@ -233,7 +246,6 @@ KVCACHE_VBMI void values_int4_span(const Block16* blocks) {
         middle[k][i] =
             _mm512_fmadd_ps(params[k].scale[i], _mm512_set1_ps(8.0f), params[k].minimum[i]);
       }
-    const __m512i eights = _mm512_set1_epi8(8);
     __m512 terms[(G * Groups + 15) / 16 * 16];
     for (int g = 0; g < G; ++g) {
       __m512 w[Blocks];
@@ -250,15 +262,9 @@ KVCACHE_VBMI void values_int4_span(const Block16* blocks) {
         __m512 product[kSpanBlocks];  // the byte weights' layout's: zeros past Blocks
         for (std::uint32_t k = 0; k < kSpanBlocks; ++k)
           product[k] = k < Blocks ? _mm512_mul_ps(scaled[k], relative[k][i]) : _mm512_setzero_ps();
-        const __m512i bytes = byte_weights(product);
-        _mm512_store_si512(weights[g][i], bytes);
-        // Vectors throughout (every lane the same): a scalar would go back to a vector by a
-        // broadcast, on the port the permutes need.
-        const __m512 step = _mm512_mul_ps(top, top_step[i]);
-        unit[g][i] = _mm512_cvtss_f32(step);
-        const __m512 rounded_sum_x8 =
-            _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), bytes, eights));
-        terms[g * Groups + i] = _mm512_fnmadd_ps(rounded_sum_x8, step, sum);
+        _mm512_store_si512(weights[g][i], byte_weights(product));
+        unit[g][i] = _mm512_cvtss_f32(_mm512_mul_ps(top, top_step[i]));
+        terms[g * Groups + i] = sum;
       }
     }
     if constexpr (G * Groups < 16) {  // fewer sums than a network's 16: one by one
@@ -272,7 +278,6 @@ KVCACHE_VBMI void values_int4_span(const Block16* blocks) {
   }
   const __m512i index[2] = {_mm512_load_si512(kNibbleQuads.index[0]),
                             _mm512_load_si512(kNibbleQuads.index[1])};
-  const __m512i nibble = _mm512_set1_epi8(0x0F);
   // Unrolled, so that each weight quad's place is a constant distance from `quads`.
 #pragma GCC unroll 4
   for (int first = 0; first < Chunks; first += P) {
@@ -283,7 +288,6 @@ KVCACHE_VBMI void values_int4_span(const Block16* blocks) {
       const Block16& b = blocks[k];
       const auto* v = static_cast<const std::byte*>(b.v);
       for (std::uint32_t j = 0; j < b.n; j += 4) {
-        if (first == 0) prefetch_shares(b, kShares / 2 + j, 4);
         // The byte weights of rows j..j + 3 for head g's group: at a fixed distance from here.
         const std::uint8_t* quads = &weights[0][0][0] + 4 * (j + k);
         __m512i front, back;
@@ -296,8 +300,8 @@ KVCACHE_VBMI void values_int4_span(const Block16* blocks) {
           const __m512i bytes =
               _mm512_mask_permutexvar_epi8(_mm512_permutexvar_epi8(index[chunk % 2], front),
                                            kUpperWordBytes, index[chunk % 2], back);
-          const __m512i low = _mm512_and_si512(bytes, nibble);
-          const __m512i high = high_nibbles<Gfni>(bytes);
+          const __m512i low = centered_codes(_mm512_slli_epi16(bytes, 4));
+          const __m512i high = centered_codes(bytes);
           for (int g = 0; g < G; ++g) {
             // One broadcast for both halves (and for the chunks of a group).
             const __m512i quad = _mm512_set1_epi32(
@@ -327,12 +331,12 @@ KVCACHE_VBMI void values_int4_span(const Block16* blocks) {
 
 // A span's blocks, or a lone block (a call of up to 16 tokens: the padding's three empty blocks
 // cost it most of its setup).
-template <int G, int D, int S, bool Gfni>
+template <int G, int D, int S>
 KVCACHE_VBMI void values_int4(const Block16* blocks, std::uint32_t count) {
   if (count == 1)
-    values_int4_span<G, D, S, Gfni, 1>(blocks);
+    values_int4_span<G, D, S, 1>(blocks);
   else
-    values_int4_span<G, D, S, Gfni, kSpanBlocks>(blocks);
+    values_int4_span<G, D, S, kSpanBlocks>(blocks);
 }
 
 KVCACHE_KERNELS_END
@@ -341,15 +345,12 @@ KVCACHE_KERNELS_END
 
 ValuePass value_pass(std::uint32_t group, std::uint32_t dim, Rows values) {
   // Without byte permutes, int8 and int4 values are decoded to float32.
-  const bool vbmi = has_vbmi(), gfni = has_gfni();
-  return for_shape<ValuePass>(group, dim, [values, vbmi, gfni]<int G, int D>() {
+  const bool vbmi = has_vbmi();
+  return for_shape<ValuePass>(group, dim, [values, vbmi]<int G, int D>() {
     return for_kind<D, ValuePass>(
         values, []<Rows R>() -> ValuePass { return &each_block<&values16<G, D, R>>; },
         vbmi ? &values_int8<G, D> : nullptr,
-        [vbmi, gfni]<int S>() -> ValuePass {
-          if (!vbmi) return nullptr;
-          return gfni ? &values_int4<G, D, S, true> : &values_int4<G, D, S, false>;
-        });
+        [vbmi]<int S>() -> ValuePass { return vbmi ? &values_int4<G, D, S> : nullptr; });
   });
 }
 

@@ -161,24 +161,6 @@ KVCACHE_AVX512 KVCACHE_INLINE __m512 broadcast_max(__m512 x) {
   return _mm512_max_ps(x, _mm512_permute_ps(x, 0xB1));
 }
 
-// The high nibble of each byte of x: one GF(2) affine transform (a matrix that moves bits 4..7
-// to 0..3) where the CPU has GFNI, else a shift and an and. In inline assembly so that the
-// function needs no GFNI target, which would let GCC use the instruction anywhere in it; the
-// matrix in a register (as a memory operand, GCC stored the int4 value sums of GQA groups of 8
-// to the stack at every update: 11% slower).
-template <bool Gfni>
-KVCACHE_AVX512 KVCACHE_INLINE __m512i high_nibbles(__m512i x) {
-  if constexpr (Gfni) {
-    __m512i out;
-    asm("vgf2p8affineqb $0, %2, %1, %0"
-        : "=v"(out)
-        : "v"(x), "v"(_mm512_set1_epi64(0x1020408000000000)));
-    return out;
-  } else {
-    return _mm512_and_si512(_mm512_srli_epi16(x, 4), _mm512_set1_epi8(0x0F));
-  }
-}
-
 // 1 / x in every lane, 0 where x is 0: the 14-bit estimate refined by a Newton step.
 KVCACHE_AVX512 KVCACHE_INLINE __m512 reciprocal(__m512 x) {
   const __m512 r = _mm512_rcp14_ps(x);
