@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 
 #include "../block16.hpp"
 
@@ -22,7 +23,8 @@ KVCACHE_AVX2 KVCACHE_INLINE __m256 exp2_avx2(__m256 x) {
   const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256 f = _mm256_sub_ps(x, n);
   __m256 p = _mm256_set1_ps(kExp2Polynomial[0]);
-  for (int i = 1; i < 7; ++i) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kExp2Polynomial[i]));
+  for (std::size_t i = 1; i < std::size(kExp2Polynomial); ++i)
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kExp2Polynomial[i]));
   const __m256i exponent =
       _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(exponent));

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 
 #include "../block16.hpp"
 
@@ -32,14 +33,15 @@ using AliasedWord = std::int32_t __attribute__((may_alias));
 
 KVCACHE_KERNELS_BEGIN
 
-// 2^x (kExp2Polynomial), scaled by 2^n with vscalefps.
-KVCACHE_AVX512 KVCACHE_INLINE __m512 exp2_avx512(__m512 x) {
+// 2^x (kExp2Polynomial), scaled by 2^n with vscalefps; 0 in the lanes not in `keep`.
+KVCACHE_AVX512 KVCACHE_INLINE __m512 exp2_avx512(__m512 x, __mmask16 keep = 0xFFFF) {
   x = _mm512_max_ps(x, _mm512_set1_ps(-126.0f));
   const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(x, n);
   __m512 p = _mm512_set1_ps(kExp2Polynomial[0]);
-  for (int i = 1; i < 7; ++i) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExp2Polynomial[i]));
-  return _mm512_scalef_ps(p, n);
+  for (std::size_t i = 1; i < std::size(kExp2Polynomial); ++i)
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExp2Polynomial[i]));
+  return _mm512_maskz_scalef_ps(keep, p, n);
 }
 
 // Lane sums for sum_lanes16: float32, or int32 carried in float registers (or, MaxFloats, lane
@@ -135,10 +137,11 @@ KVCACHE_AVX512 KVCACHE_INLINE __m512 load_floats16(const void* rows, std::size_t
 template <int D>
 KVCACHE_AVX512 KVCACHE_INLINE void softmax16(__m512 logits, std::uint32_t n, float& m, float* l,
                                              float* acc, float* weight) {
+  // The lanes past n (finite: their rows are zeros) are left out by masks, not overwritten.
   const auto present = static_cast<__mmask16>((1u << n) - 1);
-  logits = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), present, logits);
-  if (_mm512_cmp_ps_mask(logits, _mm512_set1_ps(m + kRescaleSlack), _CMP_GT_OQ) != 0) {
-    const float block_top = _mm512_reduce_max_ps(logits);
+  __m512 x = _mm512_sub_ps(logits, _mm512_set1_ps(m));  // +inf where m is -inf (the first block)
+  if (_mm512_mask_cmp_ps_mask(present, x, _mm512_set1_ps(kRescaleSlack), _CMP_GT_OQ) != 0) {
+    const float block_top = _mm512_mask_reduce_max_ps(present, logits);
     if (m != -INFINITY) {
       const __m512 correction = _mm512_set1_ps(exp2_scalar(m - block_top));
       _mm512_storeu_ps(l, _mm512_mul_ps(_mm512_loadu_ps(l), correction));
@@ -146,9 +149,9 @@ KVCACHE_AVX512 KVCACHE_INLINE void softmax16(__m512 logits, std::uint32_t n, flo
         _mm512_storeu_ps(acc + 16 * c, _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * c), correction));
     }
     m = block_top;
+    x = _mm512_sub_ps(logits, _mm512_set1_ps(m));
   }
-  const __m512 p =
-      _mm512_maskz_mov_ps(present, exp2_avx512(_mm512_sub_ps(logits, _mm512_set1_ps(m))));
+  const __m512 p = exp2_avx512(x, present);
   _mm512_storeu_ps(l, _mm512_add_ps(_mm512_loadu_ps(l), p));
   _mm512_store_ps(weight, p);
 }
