@@ -137,11 +137,12 @@ KVCACHE_AVX512 KVCACHE_INLINE __m512 load_floats16(const void* rows, std::size_t
 template <int D>
 KVCACHE_AVX512 KVCACHE_INLINE void softmax16(__m512 logits, std::uint32_t n, float& m, float* l,
                                              float* acc, float* weight) {
-  // The lanes past n (finite: their rows are zeros) are left out by masks, not overwritten.
+  // The lanes past n get -inf (comparing under the mask instead cost the fp16 kernels 4% at GQA 4
+  // on Zen 4), and exp2 zeroes their weights.
   const auto present = static_cast<__mmask16>((1u << n) - 1);
-  __m512 x = _mm512_sub_ps(logits, _mm512_set1_ps(m));  // +inf where m is -inf (the first block)
-  if (_mm512_mask_cmp_ps_mask(present, x, _mm512_set1_ps(kRescaleSlack), _CMP_GT_OQ) != 0) {
-    const float block_top = _mm512_mask_reduce_max_ps(present, logits);
+  logits = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), present, logits);
+  if (_mm512_cmp_ps_mask(logits, _mm512_set1_ps(m + kRescaleSlack), _CMP_GT_OQ) != 0) {
+    const float block_top = _mm512_reduce_max_ps(logits);
     if (m != -INFINITY) {
       const __m512 correction = _mm512_set1_ps(exp2_scalar(m - block_top));
       _mm512_storeu_ps(l, _mm512_mul_ps(_mm512_loadu_ps(l), correction));
@@ -149,9 +150,8 @@ KVCACHE_AVX512 KVCACHE_INLINE void softmax16(__m512 logits, std::uint32_t n, flo
         _mm512_storeu_ps(acc + 16 * c, _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * c), correction));
     }
     m = block_top;
-    x = _mm512_sub_ps(logits, _mm512_set1_ps(m));
   }
-  const __m512 p = exp2_avx512(x, present);
+  const __m512 p = exp2_avx512(_mm512_sub_ps(logits, _mm512_set1_ps(m)), present);
   _mm512_storeu_ps(l, _mm512_add_ps(_mm512_loadu_ps(l), p));
   _mm512_store_ps(weight, p);
 }
