@@ -159,10 +159,10 @@ KVCACHE_VNNI void keys16_int8(const Block16& b) {
 // 16 int4 keys (D of 64 or 128) in groups of S = 32, 64 or 128 elements: column c's low nibbles
 // are elements 8c, 8c + 2, 8c + 4, 8c + 6 and its high nibbles the odd ones after them, against
 // the query's even and odd codes. Two ands take the nibbles apart: the high ones stay in place
-// (vpdpbusd reads them as unsigned bytes, 16 times the codes), so the even sums are shifted up by
-// 4 to join the odd ones, once per head and unit instead of a shift or a GF(2) affine transform
-// per column (which would take a pipe the dot products need: int4 kernels about 2% faster at GQA
-// 4 and 8 here), and the group's scale is taken over 16. The integer sums run over units of 32
+// (vpdpbusd reads them as unsigned bytes, 16 times the codes), so the odd sums, multiples of 16,
+// are shifted down by 4 (exactly) to join the even ones, once per head and unit instead of a
+// shift or a GF(2) affine transform per column (which would take a pipe the dot products need:
+// int4 kernels about 2% faster at GQA 4 and 8 here). The integer sums run over units of 32
 // elements (S = 32) or 64 (a query chunk, whose step they share, inside one group); per (head,
 // unit) the sum times the group's scale and the chunk's step, plus the group's minimum times step
 // x the query codes' sum.
@@ -172,8 +172,7 @@ KVCACHE_VNNI void keys16_int4(const Block16& b) {
   static_assert(S == 32 || S == 64 || S == 128);
   constexpr int Parts = D / 32, Unit = S == 32 ? 1 : 2;  // parts of 32 elements per sum
   const QuantizedQuery& q8 = *b.q8;
-  GroupParams<D / S> params = group_params<D / S>(b.k_meta);
-  for (__m512& scale : params.scale) scale = _mm512_mul_ps(scale, _mm512_set1_ps(1.0f / 16.0f));
+  const GroupParams<D / S> params = group_params<D / S>(b.k_meta);
   __m512i column[D / 8];
   transpose_rows<D / 8>(static_cast<const std::byte*>(b.k), D / 2, column);
   const __m512i high = _mm512_set1_epi8(static_cast<char>(0xF0));
@@ -182,7 +181,7 @@ KVCACHE_VNNI void keys16_int4(const Block16& b) {
 #pragma GCC unroll 4
   for (int first = 0; first < Parts; first += Unit) {
     const int group = first * 32 / S;
-    prefetch_all_shares<Parts / Unit>(b, first / Unit);
+    prefetch_key_shares<Parts / Unit, kShares>(b, first / Unit);
     __m512i even[4 * Unit], odd[4 * Unit];
     for (int c = 0; c < 4 * Unit; ++c) {
       even[c] = _mm512_andnot_si512(high, column[4 * first + c]);
@@ -199,11 +198,12 @@ KVCACHE_VNNI void keys16_int4(const Block16& b) {
         dot[c / 4 * 2] = dpbusd_broadcast(dot[c / 4 * 2], even[c], codes + 4 * c);
         dot[c / 4 * 2 + 1] = dpbusd_broadcast(dot[c / 4 * 2 + 1], odd[c], codes + D / 2 + 4 * c);
       }
-      __m512i dot_even = _mm512_slli_epi32(dot[0], 4), dot_odd = dot[1];
+      __m512i dot_even = dot[0], dot_odd = dot[1];
       if constexpr (Unit == 2) {
-        dot_even = _mm512_add_epi32(dot_even, _mm512_slli_epi32(dot[2], 4));
+        dot_even = _mm512_add_epi32(dot_even, dot[2]);
         dot_odd = _mm512_add_epi32(dot_odd, dot[3]);
       }
+      dot_odd = _mm512_srai_epi32(dot_odd, 4);
       const float step = q8.part_steps[g * Parts + first];
       float sum = q8.part_sums[g * Parts + first];
       if constexpr (Unit == 2) sum += q8.part_sums[g * Parts + first + 1];
