@@ -151,9 +151,8 @@ KVCACHE_VNNI void keys16_int8(const Block16& b) {
       }
   }
   const __m512 row_scales = _mm512_loadu_ps(static_cast<const float*>(b.k_meta));  // 16, padded
-  for (int g = 0; g < G; ++g)
-    softmax16<D>(_mm512_mul_ps(logits[g], row_scales), b.n, b.m[g], b.l + g * kLanes, b.acc + g * D,
-                 b.weight + kSpan * g);
+  for (int g = 0; g < G; ++g) logits[g] = _mm512_mul_ps(logits[g], row_scales);
+  softmax16_heads<G, D>(logits, b);
 }
 
 // 16 int4 keys (D of 64 or 128) in groups of S = 32, 64 or 128 elements: column c's low nibbles
@@ -213,8 +212,7 @@ KVCACHE_VNNI void keys16_int4(const Block16& b) {
                           _mm512_fmadd_ps(params.minimum[group], _mm512_set1_ps(sum), logits[g]));
     }
   }
-  for (int g = 0; g < G; ++g)
-    softmax16<D>(logits[g], b.n, b.m[g], b.l + g * kLanes, b.acc + g * D, b.weight + kSpan * g);
+  softmax16_heads<G, D>(logits, b);
 }
 
 KVCACHE_KERNELS_END
