@@ -254,9 +254,9 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
     }
   };
 
-  // body(item index, k, v, logits) for every item, in parallel (on the calling thread alone
+  // body(item index, k, v, logits, row) for every item, in parallel (on the calling thread alone
   // below kParallelWork), with buffers per task for the rows decoded to float32 and the logits
-  // of a block (for the widest tile), where the float path needs them.
+  // of a block (for the widest tile), where the float path needs them, and for an output row.
   const bool float_rows =
       r.accumulate_scores || std::any_of(attend.begin(), attend.end(), [](const auto& a) {
         return a.keys() == Rows::float32 || a.values() == Rows::float32;
@@ -264,9 +264,9 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   const auto for_each_item = [&](auto&& body) {
     const auto run_range = [&](const tbb::blocked_range<std::size_t>& range) {
       std::vector<float> k(float_rows ? std::size_t{page} * dim : 0), v(k.size()),
-          logits(float_rows ? std::size_t{group} * max_width * page : 0);
+          logits(float_rows ? std::size_t{group} * max_width * page : 0), row(dim);
       for (std::size_t it = range.begin(); it != range.end(); ++it)
-        body(it, k.data(), v.data(), logits.data());
+        body(it, k.data(), v.data(), logits.data(), row.data());
     };
     const tbb::blocked_range<std::size_t> all(0, items.size());
     if (work < kParallelWork)
@@ -278,7 +278,68 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   std::pmr::vector<SoftmaxState> partial(&arena);
   partial.reserve(items.size());
   for (const Item& item : items) partial.emplace_back(group * item.width, dim, &arena);
-  for_each_item([&](std::size_t it, float* k, float* v, float* logits) {
+
+  // The parts of each (query, KV head): the items over it, in item order, at
+  // part_items[part_begin[pair] .. part_begin[pair + 1]); `remaining` counts those still to run.
+  const auto pair_of = [&](std::size_t it, std::uint32_t j) {
+    return (items[it].query + j) * kv_heads + items[it].kv_head;
+  };
+  std::pmr::vector<std::size_t> part_begin(pairs + 1, 0, &arena);
+  for (std::size_t it = 0; it < items.size(); ++it)
+    for (std::uint32_t j = 0; j < items[it].width; ++j) ++part_begin[pair_of(it, j) + 1];
+  for (std::uint64_t pair = 0; pair < pairs; ++pair) part_begin[pair + 1] += part_begin[pair];
+  std::pmr::vector<std::size_t> part_items(part_begin[pairs], &arena);
+  std::pmr::vector<std::atomic<std::uint32_t>> remaining(pairs, &arena);
+  {
+    std::pmr::vector<std::size_t> filled(part_begin.begin(), part_begin.end() - 1, &arena);
+    for (std::size_t it = 0; it < items.size(); ++it)
+      for (std::uint32_t j = 0; j < items[it].width; ++j) part_items[filled[pair_of(it, j)]++] = it;
+  }
+  for (std::uint64_t pair = 0; pair < pairs; ++pair)
+    remaining[pair].store(static_cast<std::uint32_t>(part_begin[pair + 1] - part_begin[pair]),
+                          std::memory_order_relaxed);
+  // A pair's final state: its first part when that is one query's own (its other parts merged
+  // in), else a state of its own (a tile's part holds other queries' heads too, and a query that
+  // sees no keys has no parts: its output is zeros).
+  std::pmr::vector<SoftmaxState*> finals(pairs, nullptr, &arena);
+  std::pmr::vector<std::optional<SoftmaxState>> own(pairs, &arena);
+  std::pmr::vector<float> weight_sums(queries * heads, &arena);  // [pair][group]
+  // Run by the task that completes a pair's last part, while the parts are still in cache:
+  // merged at the end of the call instead, a decode of 4096 tokens on two threads spent 4-5 us
+  // on its 32 parts, every read a cache miss. Not from the arena (tasks run concurrently).
+  const auto finish = [&](std::uint64_t pair, float* row) {
+    const std::size_t* parts = part_items.data() + part_begin[pair];
+    const std::size_t count = part_begin[pair + 1] - part_begin[pair];
+    const std::uint64_t query = pair / kv_heads;
+    const auto head_of = [&](std::size_t it) {  // the pair's first head in the part's state
+      return static_cast<std::uint32_t>(query - items[it].query) * group;
+    };
+    SoftmaxState* state;
+    std::size_t first = 0;
+    if (count > 0 && items[parts[0]].width == 1) {
+      state = &partial[parts[0]];
+      first = 1;
+    } else {
+      state = &own[pair].emplace(group, dim);
+    }
+    for (std::size_t i = first; i < count; ++i)
+      state->merge(partial[parts[i]], dim, head_of(parts[i]));
+    finals[pair] = state;
+    for (std::uint32_t g = 0; g < group; ++g) {
+      const float sum = weight_sums[pair * group + g] = state->weight_sum(g);
+      scale_into(state->acc.data() + std::size_t{g} * dim, sum > 0.0f ? 1.0f / sum : 0.0f, row,
+                 dim);
+      const std::uint32_t head = static_cast<std::uint32_t>(pair % kv_heads) * group + g;
+      store_row(*r.out, query * heads + head, row, dim);
+    }
+  };
+
+  {
+    std::pmr::vector<float> row(dim, &arena);
+    for (std::uint64_t pair = 0; pair < pairs; ++pair)
+      if (part_begin[pair + 1] == part_begin[pair]) finish(pair, row.data());
+  }
+  for_each_item([&](std::size_t it, float* k, float* v, float* logits, float* row) {
     const Item& item = items[it];
     const BlockAttention& kernels = attend[std::countr_zero(item.width)];
     const std::size_t pair = item.query * kv_heads + item.kv_head;
@@ -323,54 +384,17 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
           });
     }
     kernels.flush(pending);
+    for (std::uint32_t j = 0; j < item.width; ++j)
+      if (remaining[pair_of(it, j)].fetch_sub(1, std::memory_order_acq_rel) == 1)
+        finish(pair_of(it, j), row);
   });
-
-  // Gather the parts of each (query, KV head), normalize, write. The state of a pair's only
-  // part, one query's own, is its final state as it is (decode's common case: no merging).
-  std::pmr::vector<std::uint32_t> parts(pairs, 0, &arena);
-  std::pmr::vector<std::size_t> last_part(pairs, &arena);  // item index
-  const auto pair_of = [&](std::size_t it, std::uint32_t j) {
-    return (items[it].query + j) * kv_heads + items[it].kv_head;
-  };
-  for (std::size_t it = 0; it < items.size(); ++it)
-    for (std::uint32_t j = 0; j < items[it].width; ++j) {
-      ++parts[pair_of(it, j)];
-      last_part[pair_of(it, j)] = it;
-    }
-  const auto alone = [&](std::uint64_t pair) {
-    return parts[pair] == 1 && items[last_part[pair]].width == 1;
-  };
-  std::pmr::vector<SoftmaxState> merged(&arena);
-  merged.reserve(pairs);
-  for (std::uint64_t pair = 0; pair < pairs; ++pair) {
-    if (alone(pair))
-      merged.push_back(std::move(partial[last_part[pair]]));
-    else
-      merged.emplace_back(group, dim, &arena);
-  }
-  for (std::size_t it = 0; it < items.size(); ++it)
-    for (std::uint32_t j = 0; j < items[it].width; ++j)
-      if (!alone(pair_of(it, j))) merged[pair_of(it, j)].merge(partial[it], dim, j * group);
-  std::pmr::vector<float> weight_sums(queries * heads, &arena);  // [pair][group]
-  std::pmr::vector<float> row(dim, &arena);
-  for (std::uint64_t pair = 0; pair < pairs; ++pair) {
-    const SoftmaxState& state = merged[pair];
-    for (std::uint32_t g = 0; g < group; ++g) {
-      const float sum = weight_sums[pair * group + g] = state.weight_sum(g);
-      const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
-      scale_into(state.acc.data() + std::size_t{g} * dim, inverse, row.data(), dim);
-      const std::uint64_t query = pair / kv_heads;
-      const std::uint32_t head = static_cast<std::uint32_t>(pair % kv_heads) * group + g;
-      store_row(*r.out, query * heads + head, row.data(), dim);
-    }
-  }
 
   if (!r.accumulate_scores) return;
   // Each visible key's final softmax weight, summed over the group's heads, added to its slot.
-  for_each_item([&](std::size_t it, float* k, float* v, float* logits) {
+  for_each_item([&](std::size_t it, float* k, float* v, float* logits, float*) {
     const Item& item = items[it];
     const std::size_t pair = item.query * kv_heads + item.kv_head;
-    const SoftmaxState& final_state = merged[pair];
+    const SoftmaxState& final_state = *finals[pair];
     const float* qg = q + pair * group * dim;
     for_each_block(
         item, k, v, Rows::float32, Rows::float32, false,

@@ -492,6 +492,28 @@ TEST_P(AttentionConformance, RunningMaximumRisesForSomeHeads) {
   check("sink-window", {{"sinks", 4}, {"window", 100}}, 1, {a}, {}, false);
 }
 
+TEST_P(AttentionConformance, QueryThatSeesNoKeysGetsZeros) {
+  // As the reference: no weights, so nothing to average. Long enough to run on every thread.
+  const SeqId a = store_->create_sequence(), b = store_->create_sequence();
+  append({a, b}, 700);
+  const std::uint32_t qh = GetParam().heads.q;
+  std::vector<float> q(2 * qh * dim_), out(q.size(), NAN);
+  for (float& x : q) x = normal_(rng_);
+  std::int64_t shape[3] = {2, qh, dim_};
+  DLTensor qt = host_tensor(q.data(), shape), ot = host_tensor(out.data(), shape);
+  const std::vector<SeqId> ids = {a, b};
+  const std::vector<PositionRange> ranges = {{0, 0}, {0, 700}};
+  const std::vector<std::uint32_t> counts = {0, 1};
+  AttentionRequest request;
+  request.sequences = ids;
+  request.q = &qt;
+  request.out = &ot;
+  request.visible = {ranges, counts, 1};
+  attention_->decode(*store_, request);
+  for (std::size_t e = 0; e < qh * dim_; ++e) ASSERT_EQ(out[e], 0.0f) << "element " << e;
+  for (std::size_t e = qh * dim_; e < out.size(); ++e) ASSERT_TRUE(std::isfinite(out[e]));
+}
+
 TEST_P(AttentionConformance, CompactedSequenceUsesLogicalPositions) {
   if (parse_format(GetParam().format.name, GetParam().format.options).groups_tokens())
     GTEST_SKIP() << GetParam().format.name << " cannot drop tokens one by one";
