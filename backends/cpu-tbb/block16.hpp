@@ -73,19 +73,19 @@ struct Block16 {
   float* l;
   float* acc;
   // Head g's 16 weights in token order at weight + kSpan x g (aligned), from the key pass for the
-  // value pass.
+  // value pass; the `earlier` weights before them in the row are those of the span's earlier
+  // blocks, still waiting for their value pass: a key pass that raises m rescales them too.
   float* weight;
+  std::uint32_t earlier;
 };
 
 // Blocks whose value pass waits for their span to fill: the blocks, their weights ([G] rows of
-// kSpan), the reference m of each head their weights were made against (a later block may raise
-// it: BlockAttention::flush then brings the earlier weights to the new one) and, for blocks of
-// other than a multiple of 4 rows, their value rows copied with rows of zeros after them, and for
-// partial blocks, their value scales copied with zeros after them.
+// kSpan, all made against the head's current m) and, for blocks of other than a multiple of 4
+// rows, their value rows copied with rows of zeros after them, and for partial blocks, their
+// value scales copied with zeros after them.
 struct PendingValues {
   Block16 blocks[kSpanBlocks];
   std::uint32_t count = 0;
-  float m[kSpanBlocks][kMaxGroup];
   alignas(64) float weight[kMaxGroup * kSpan];
   alignas(64) std::byte padded[kSpanBlocks][16 * kMaxDim];
   alignas(64) std::byte padded_meta[kSpanBlocks][16 * kMaxMetaBytes];

@@ -401,6 +401,7 @@ __attribute__((always_inline)) inline void BlockAttention::add(
     block.l = state.l.data();
     block.acc = state.acc.data();
     block.weight = pending.weight + 16 * place;
+    block.earlier = 16 * place;
     // Each block asks for its share of the next tiles.
     const RowBlock* sides[2] = {&k, &v};
     for (int i = 0; i < 2; ++i) {
@@ -435,7 +436,6 @@ __attribute__((always_inline)) inline void BlockAttention::add(
       block.v = padded;
     }
     key_pass_(block);
-    if (span_ > 1) std::copy_n(state.m.data(), group_, pending.m[place]);  // read by flush
     if (++pending.count == span_) flush(pending);
   }
 }
@@ -469,16 +469,6 @@ void BlockAttention::operator()(const float* q, const QuantizedQuery* q8, const 
 
 void BlockAttention::flush(PendingValues& pending) const {
   if (pending.count == 0) return;
-  // Weights made before a later block raised m, times what the key pass would have rescaled
-  // them by (l and acc were rescaled then).
-  const float* m = pending.blocks[0].m;
-  for (std::uint32_t k = 0; k + 1 < pending.count; ++k)
-    for (std::uint32_t g = 0; g < group_; ++g)
-      if (pending.m[k][g] != m[g]) {
-        const float correction = std::exp2(pending.m[k][g] - m[g]);
-        float* w = pending.weight + std::size_t{kSpan} * g + 16 * k;
-        for (std::uint32_t j = 0; j < 16; ++j) w[j] *= correction;
-      }
   // A span's pass takes whole spans or a lone block: a last span of 2 or 3 blocks is padded
   // with blocks of no rows and no weight.
   const std::uint32_t blocks = pending.count == 1 ? 1 : span_;

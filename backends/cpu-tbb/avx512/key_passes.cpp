@@ -47,7 +47,7 @@ KVCACHE_AVX512 void keys16(const Block16& b) {
                      : _mm512_set1_ps(1.0f);
   for (int g = 0; g < G; ++g)
     softmax16<D>(_mm512_mul_ps(_mm512_load_ps(logits[g]), row_scales), b.n, b.m[g],
-                 b.l + g * kLanes, b.acc + g * D, b.weight + kSpan * g);
+                 b.l + g * kLanes, b.acc + g * D, b.weight + kSpan * g, b.earlier);
 }
 
 // Integer keys meet the quantized query with their rows transposed (transpose_rows): lane t of

@@ -132,14 +132,18 @@ KVCACHE_AVX512 KVCACHE_INLINE __m512 load_floats16(const void* rows, std::size_t
 }
 
 // Raises a head's m to block_top, its block's largest logit, after rescaling what was
-// accumulated against the old m (nothing yet while m is -inf).
+// accumulated against the old m (nothing yet while m is -inf): l, acc and the `earlier` weights
+// before `weight` (the span's blocks waiting for their value pass).
 template <int D>
-KVCACHE_AVX512 KVCACHE_INLINE void raise_m(float block_top, float& m, float* l, float* acc) {
+KVCACHE_AVX512 KVCACHE_INLINE void raise_m(float block_top, float& m, float* l, float* acc,
+                                           float* weight, std::uint32_t earlier) {
   if (m != -INFINITY) {
     const __m512 correction = _mm512_set1_ps(exp2_scalar(m - block_top));
     _mm512_storeu_ps(l, _mm512_mul_ps(_mm512_loadu_ps(l), correction));
     for (int c = 0; c < D / 16; ++c)
       _mm512_storeu_ps(acc + 16 * c, _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * c), correction));
+    for (float* w = weight - earlier; w != weight; w += 16)
+      _mm512_store_ps(w, _mm512_mul_ps(_mm512_load_ps(w), correction));
   }
   m = block_top;
 }
@@ -158,13 +162,13 @@ KVCACHE_AVX512 KVCACHE_INLINE void add_weights(__m512 x, __mmask16 present, floa
 // the weights are added to the head's lanes of l and go to `weight`. For the float kernels.
 template <int D>
 KVCACHE_AVX512 KVCACHE_INLINE void softmax16(__m512 logits, std::uint32_t n, float& m, float* l,
-                                             float* acc, float* weight) {
+                                             float* acc, float* weight, std::uint32_t earlier) {
   // The lanes past n get -inf (comparing under the mask instead cost the fp16 kernels 4% at GQA 4
   // on Zen 4).
   const auto present = static_cast<__mmask16>((1u << n) - 1);
   logits = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), present, logits);
   if (_mm512_cmp_ps_mask(logits, _mm512_set1_ps(m + kRescaleSlack), _CMP_GT_OQ) != 0)
-    raise_m<D>(_mm512_reduce_max_ps(logits), m, l, acc);
+    raise_m<D>(_mm512_reduce_max_ps(logits), m, l, acc, weight, earlier);
   add_weights(_mm512_sub_ps(logits, _mm512_set1_ps(m)), present, l, weight);
 }
 
@@ -185,7 +189,8 @@ KVCACHE_AVX512 KVCACHE_INLINE void softmax16_heads(const __m512 (&logits)[G], co
     for (int g = 0; g < G; ++g) {
       const float block_top = _mm512_mask_reduce_max_ps(present, logits[g]);
       if (block_top - b.m[g] > kRescaleSlack)
-        raise_m<D>(block_top, b.m[g], b.l + g * kLanes, b.acc + g * D);
+        raise_m<D>(block_top, b.m[g], b.l + g * kLanes, b.acc + g * D, b.weight + kSpan * g,
+                   b.earlier);
     }
   }
   for (int g = 0; g < G; ++g)
