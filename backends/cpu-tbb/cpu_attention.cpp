@@ -85,13 +85,20 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   check_out(*r.out);
   if (queries == 0) return;  // a prefill of no queries: nothing to write
   const std::uint64_t pairs = queries * kv_heads;
+  // Work: each tile's shared slots and each query's own, per KV head, split when there are fewer
+  // than 16 items a thread: threads on cores of unequal speed (a shared host's, here often 1.4x
+  // apart) then even out by taking items from each other, a small part of the call each.
+  const std::uint64_t threads = static_cast<std::uint64_t>(tbb::this_task_arena::max_concurrency());
+  const std::uint64_t splits = pairs >= 16 * threads ? 1 : (16 * threads + pairs - 1) / pairs;
   // What the call keeps until it returns comes from one arena: decodes of a few tokens are
   // dominated by per-call costs, some thirty allocations among them. Its first buffer holds the
-  // scaled queries and a softmax state per (query, KV head), up to 4 MiB (a large prefill's
-  // further buffers grow from that, not from its whole size). Not for what the parallel tasks
-  // allocate (the arena is not synchronized).
+  // scaled queries, a softmax state per item of a decode and the items' bookkeeping, up to 4 MiB
+  // (a large prefill's further buffers grow from that, not from its whole size): every further
+  // buffer costs a call microseconds (6 us at 4096 tokens, its pages new each time). Not for
+  // what the parallel tasks allocate (the arena is not synchronized).
   std::pmr::monotonic_buffer_resource arena(std::min<std::uint64_t>(
-      (queries * heads * dim + pairs * group * (1 + kLanes + dim)) * sizeof(float) + 16384,
+      (queries * heads * dim + pairs * splits * SoftmaxState::floats(group, dim)) * sizeof(float) +
+          pairs * splits * 128 + 16384,
       std::uint64_t{4} << 20));
   std::pmr::vector<PagedStore::LayerView> views(&arena);
   views.reserve(r.sequences.size());
@@ -115,11 +122,6 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
       prefill && !r.accumulate_scores && group <= kMaxGroup / 2 ? kMaxGroup / group : 1;
   const QueryTiles tiled = tile_queries(plan, max_width);
 
-  // Work: each tile's shared slots and each query's own, per KV head, split when there are fewer
-  // than 16 items a thread: threads on cores of unequal speed (a shared host's, here often 1.4x
-  // apart) then even out by taking items from each other, a small part of the call each.
-  const std::uint64_t threads = static_cast<std::uint64_t>(tbb::this_task_arena::max_concurrency());
-  const std::uint64_t splits = pairs >= 16 * threads ? 1 : (16 * threads + pairs - 1) / pairs;
   std::pmr::vector<Item> items(&arena);
   std::pmr::vector<Segment> segments(&arena);  // of all items
   items.reserve(pairs * splits);
@@ -275,9 +277,15 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
       tbb::parallel_for(all, run_range);
   };
 
-  std::pmr::vector<SoftmaxState> partial(&arena);
-  partial.reserve(items.size());
-  for (const Item& item : items) partial.emplace_back(group * item.width, dim, &arena);
+  // Each item's state is laid out by its task, just before its kernels use it, in floats taken
+  // here (zeroed up front instead, 32 states of a decode of 4096 tokens on two threads took
+  // 2 us, their lines having left the caches since the last call).
+  std::pmr::vector<std::size_t> state_at(items.size() + 1, 0, &arena);
+  for (std::size_t it = 0; it < items.size(); ++it)
+    state_at[it + 1] = state_at[it] + SoftmaxState::floats(group * items[it].width, dim);
+  auto* const state_memory =
+      static_cast<float*>(arena.allocate(state_at.back() * sizeof(float), 64));
+  std::pmr::vector<std::optional<SoftmaxState>> partial(items.size(), &arena);
 
   // The parts of each (query, KV head): the items over it, in item order, at
   // part_items[part_begin[pair] .. part_begin[pair + 1]); `remaining` counts those still to run.
@@ -317,13 +325,13 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
     SoftmaxState* state;
     std::size_t first = 0;
     if (count > 0 && items[parts[0]].width == 1) {
-      state = &partial[parts[0]];
+      state = &*partial[parts[0]];
       first = 1;
     } else {
       state = &own[pair].emplace(group, dim);
     }
     for (std::size_t i = first; i < count; ++i)
-      state->merge(partial[parts[i]], dim, head_of(parts[i]));
+      state->merge(*partial[parts[i]], dim, head_of(parts[i]));
     finals[pair] = state;
     for (std::uint32_t g = 0; g < group; ++g) {
       const float sum = weight_sums[pair * group + g] = state->weight_sum(g);
@@ -341,6 +349,7 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   }
   for_each_item([&](std::size_t it, float* k, float* v, float* logits, float* row) {
     const Item& item = items[it];
+    SoftmaxState& state = partial[it].emplace(group * item.width, dim, state_memory + state_at[it]);
     const BlockAttention& kernels = attend[std::countr_zero(item.width)];
     const std::size_t pair = item.query * kv_heads + item.kv_head;
     const float* qg = q + pair * group * dim;
@@ -374,13 +383,13 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
       for (std::size_t i = item.first; i < item.end; ++i) {
         run.begin = segments[i].begin;
         run.end = segments[i].end;
-        kernels(qg, qq, run, partial[it], pending, logits);
+        kernels(qg, qq, run, state, pending, logits);
       }
     } else {
       for_each_block(
           item, k, v, kernels.keys(), kernels.values(), true,
           [&](const RowBlock& keys, const RowBlock& values, std::uint64_t, std::uint32_t n) {
-            kernels(qg, qq, keys, values, n, partial[it], pending, logits);
+            kernels(qg, qq, keys, values, n, state, pending, logits);
           });
     }
     kernels.flush(pending);

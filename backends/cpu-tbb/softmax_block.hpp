@@ -23,19 +23,25 @@ inline constexpr std::uint32_t kLanes = 16;
 inline constexpr float kRescaleSlack = 8.0f;  // weights stay below 2^8
 class SoftmaxState {
   // m, l and acc in one allocation (from `memory`: a call's arena, or operator new, thread-safe
-  // whatever the process's default resource): a call makes a state per work item, and small
-  // calls are dominated by such costs. Moves keep the buffer (and so the views); assignments
-  // would not (a buffer from another resource is copied), nor are copies needed.
+  // whatever the process's default resource), or in floats the caller keeps: a call makes a
+  // state per work item, and small calls are dominated by such costs. Moves keep the buffer (and
+  // so the views); assignments would not (a buffer from another resource is copied), nor are
+  // copies needed.
   std::pmr::vector<float> storage_;
 
  public:
+  // The floats a state of `group` heads of dimension `dim` takes.
+  static std::size_t floats(std::uint32_t group, std::uint32_t dim) {
+    return std::size_t{group} * (1 + kLanes + dim);
+  }
   SoftmaxState(std::uint32_t group, std::uint32_t dim,
                std::pmr::memory_resource* memory = std::pmr::new_delete_resource())
-      : storage_(std::size_t{group} * (1 + kLanes + dim), 0.0f, memory),
-        m(storage_.data(), group),
-        l(m.data() + group, std::size_t{group} * kLanes),
-        acc(l.data() + l.size(), std::size_t{group} * dim) {
-    std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
+      : storage_(floats(group, dim), memory) {
+    lay_out(storage_.data(), group, dim);
+  }
+  // In `memory` (floats(group, dim) of them), which must outlive the state.
+  SoftmaxState(std::uint32_t group, std::uint32_t dim, float* memory) {
+    lay_out(memory, group, dim);
   }
   SoftmaxState(SoftmaxState&&) noexcept = default;
   SoftmaxState& operator=(SoftmaxState&&) = delete;
@@ -45,6 +51,18 @@ class SoftmaxState {
   std::span<float> m;
   std::span<float> l;    // [group][kLanes]
   std::span<float> acc;  // [group][dim]
+
+ private:
+  // m = -inf, l = acc = 0, from `at` on.
+  void lay_out(float* at, std::uint32_t group, std::uint32_t dim) {
+    m = {at, group};
+    l = {at + group, std::size_t{group} * kLanes};
+    acc = {l.data() + l.size(), std::size_t{group} * dim};
+    std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
+    std::fill(at + group, at + floats(group, dim), 0.0f);
+  }
+
+ public:
   // The sum of head g's weights.
   float weight_sum(std::uint32_t g) const;
   // Multiplies head g's weights (and what they accumulated) by `factor`.
