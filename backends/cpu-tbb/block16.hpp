@@ -38,10 +38,11 @@ inline constexpr float kLargestCode = 32767.0f;
 
 // The AVX-512 int4 value pass rounds the weights times the group scales to bytes (vpdpbusd
 // takes four rows per instruction, twice vpdpwssd's two), per span (kSpanBlocks) against its
-// largest weight times its largest scale: each is off by at most half a unit, a unit being
-// 1/255 of that bound. The codes count from the middle of their range (|code - 8| <= 8: what the
+// largest weight times its largest scale: each is off by at most 0.52 of a unit (half of one,
+// and 1/50 for making them in 16-bit words first: see the pass's kWeightWord), a unit being 1/255
+// of that bound. The codes count from the middle of their range (|code - 8| <= 8: what the
 // rounding adds to the weights meets codes centred on zero), so a span's n rows err by at most
-// n x 4 / 255 of its largest weight times its largest step, and in practice, the roundings
+// n x 4.16 / 255 of its largest weight times its largest step, and in practice, the roundings
 // being independent, by about 4% of it (sqrt(n / 12 x 21.5) units for n = 64): under a tenth
 // of int4's own loss, which rounds every element by up to half a step.
 inline constexpr float kLargestByteWeight = 255.0f;

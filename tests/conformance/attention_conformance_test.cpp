@@ -148,9 +148,10 @@ bool rounds_weights(const std::string& backend, const std::string& format, std::
 }
 
 // The most byte weights can move an output element of a query head: each of the n visible rows'
-// weights is off by at most half of 1/255 of the largest weight times the largest step, against
-// a code at most 8 from the middle of its range, so by n x 4 / 255 x the largest softmax weight x
-// the largest step among the visible rows' groups of the head's KV head. A stored group spans 15
+// weights is off by at most 0.52 of 1/255 of the largest weight times the largest step (see
+// cpu-tbb's kLargestByteWeight), against a code at most 8 from the middle of its range, so by
+// n x 4.16 / 255 x the largest softmax weight x the largest step among the visible rows' groups of
+// the head's KV head. A stored group spans 15
 // steps (its elements' codes run from 0 to 15). keys, values: [rows][kv_heads][dim].
 double weight_rounding_bound(std::span<const float> q_head, std::span<const float> keys,
                              std::span<const float> values, std::uint32_t kv_heads,
@@ -174,7 +175,7 @@ double weight_rounding_bound(std::span<const float> q_head, std::span<const floa
   const double top = *std::max_element(logits.begin(), logits.end());
   double sum = 0.0;
   for (const double l : logits) sum += std::exp(l - top);
-  return static_cast<double>(visible.size()) * 4.0 / 255.0 / sum * top_step;
+  return static_cast<double>(visible.size()) * 4.16 / 255.0 / sum * top_step;
 }
 
 // The slots whose positions one of the ranges holds.

@@ -193,15 +193,38 @@ KVCACHE_AVX512 KVCACHE_INLINE __m512i dpbusd(__m512i acc, __m512i w, __m512i a) 
   return acc;
 }
 
-// The byte weights of four blocks (16 each, scaled to at most kLargestByteWeight), as two packs
-// leave them: 128-bit lane L holds rows 4L..4L + 3 of block 0, then of blocks 1, 2 and 3, so the
-// four weights of rows j..j + 3 (j a multiple of 4) of block k sit at byte 4 x (j + k).
-KVCACHE_AVX512 KVCACHE_INLINE __m512i byte_weights(const __m512 scaled[kSpanBlocks]) {
-  static_assert(kSpanBlocks == 4);
-  const __m512i words[2] = {
-      _mm512_packs_epi32(_mm512_cvtps_epi32(scaled[0]), _mm512_cvtps_epi32(scaled[1])),
-      _mm512_packs_epi32(_mm512_cvtps_epi32(scaled[2]), _mm512_cvtps_epi32(scaled[3]))};
-  return _mm512_packus_epi16(words[0], words[1]);
+// The byte weights are made in int16 words: a head's weights at most kWeightWord (its largest),
+// a group's scales at most kScaleWord (its largest: kLargestByteWeight x 128), their product
+// rounded to 1/128 by vpmulhrsw (which rounds) and that to an integer: off by at most 1/2 + 1/50
+// of kLargestByteWeight x w / (largest w) x scale / (largest scale) (see kLargestByteWeight).
+// Converting the weights per head and the scales per group, and multiplying words, instead of
+// products in floats per (head, group): int4 kernels about 2% faster at GQA 4 on Zen 4.
+inline constexpr float kWeightWord = 32767.0f, kScaleWord = 128.0f * kLargestByteWeight;
+
+// Blocks blocks' 16 floats each (up to 4; zeros for the rest) times `factor`, rounded to int16,
+// as two packs leave them: 128-bit lane L of words[p] holds rows 4L..4L + 3 of block 2p, then of
+// block 2p + 1.
+template <std::uint32_t Blocks>
+KVCACHE_AVX512 KVCACHE_INLINE void to_words(const __m512* x, __m512 factor, __m512i words[2]) {
+  static_assert(kSpanBlocks == 4 && Blocks <= kSpanBlocks);
+  for (std::uint32_t pack = 0; pack < 2; ++pack) {
+    __m512i half[2];
+    for (std::uint32_t h = 0; h < 2; ++h)
+      half[h] = 2 * pack + h < Blocks ? _mm512_cvtps_epi32(_mm512_mul_ps(x[2 * pack + h], factor))
+                                      : _mm512_setzero_si512();
+    words[pack] = _mm512_packs_epi32(half[0], half[1]);
+  }
+}
+
+// The byte weights of a span's blocks from its weight and scale words (to_words): the four
+// weights of rows j..j + 3 (j a multiple of 4) of block k at byte 4 x (j + k).
+KVCACHE_AVX512 KVCACHE_INLINE __m512i byte_weights(const __m512i weight[2],
+                                                   const __m512i scale[2]) {
+  const __m512i to_integer = _mm512_set1_epi16(256);  // x 256 / 2^15, rounded: / 128
+  __m512i product[2];
+  for (int pack = 0; pack < 2; ++pack)
+    product[pack] = _mm512_mulhrs_epi16(_mm512_mulhrs_epi16(weight[pack], scale[pack]), to_integer);
+  return _mm512_packus_epi16(product[0], product[1]);
 }
 
 // int4 values in groups of S = 32, 64 or 128 elements, the blocks of a span at once, in integer
@@ -226,26 +249,25 @@ KVCACHE_VBMI void values_int4_span(const Block16* blocks) {
   float unit[G][Groups];
   alignas(64) float minimum_sum[(G * Groups + 15) / 16 * 16];
   {
-    // Weights scaled to at most kLargestByteWeight per head, scales to at most 1 per group.
-    // top_step: top scale / 255, over 16 for centered_codes.
-    __m512 top_step[Groups], reciprocal_top_scale[Groups];
+    // Per group its scales as words (relative to its largest) and unit's factor: the largest
+    // scale / kLargestByteWeight, over 16 for centered_codes.
+    __m512i scale_words[Groups][2];
+    __m512 top_step[Groups];
     for (int i = 0; i < Groups; ++i) {
-      __m512 top = params[0].scale[i];
-      for (std::uint32_t k = 1; k < Blocks; ++k) top = _mm512_max_ps(top, params[k].scale[i]);
+      __m512 scale[Blocks], top = scale[0] = params[0].scale[i];
+      for (std::uint32_t k = 1; k < Blocks; ++k)
+        top = _mm512_max_ps(top, scale[k] = params[k].scale[i]);
       top = broadcast_max(top);
-      reciprocal_top_scale[i] = reciprocal(top);
+      to_words<Blocks>(scale, _mm512_mul_ps(reciprocal(top), _mm512_set1_ps(kScaleWord)),
+                       scale_words[i]);
       top_step[i] = _mm512_mul_ps(top, _mm512_set1_ps(kCenteredUnit / kLargestByteWeight));
     }
-    // The scales relative to their group's largest, and (below) each head's weights relative
-    // to its largest times kLargestByteWeight: their products are the byte weights.
-    __m512 relative[Blocks][Groups], middle[Blocks][Groups];
+    // What code 8 stands for.
+    __m512 middle[Blocks][Groups];
     for (std::uint32_t k = 0; k < Blocks; ++k)
-      for (int i = 0; i < Groups; ++i) {
-        relative[k][i] = _mm512_mul_ps(params[k].scale[i], reciprocal_top_scale[i]);
-        // What code 8 stands for.
+      for (int i = 0; i < Groups; ++i)
         middle[k][i] =
             _mm512_fmadd_ps(params[k].scale[i], _mm512_set1_ps(8.0f), params[k].minimum[i]);
-      }
     __m512 terms[(G * Groups + 15) / 16 * 16];
     for (int g = 0; g < G; ++g) {
       __m512 w[Blocks];
@@ -253,16 +275,13 @@ KVCACHE_VBMI void values_int4_span(const Block16* blocks) {
       for (std::uint32_t k = 1; k < Blocks; ++k)
         top = _mm512_max_ps(top, w[k] = _mm512_load_ps(blocks[k].weight + kSpan * g));
       top = broadcast_max(top);
-      const __m512 factor = _mm512_mul_ps(reciprocal(top), _mm512_set1_ps(kLargestByteWeight));
-      __m512 scaled[Blocks];
-      for (std::uint32_t k = 0; k < Blocks; ++k) scaled[k] = _mm512_mul_ps(w[k], factor);
+      __m512i weight_words[2];
+      to_words<Blocks>(w, _mm512_mul_ps(reciprocal(top), _mm512_set1_ps(kWeightWord)),
+                       weight_words);
       for (int i = 0; i < Groups; ++i) {
         __m512 sum = _mm512_setzero_ps();
         for (std::uint32_t k = 0; k < Blocks; ++k) sum = _mm512_fmadd_ps(w[k], middle[k][i], sum);
-        __m512 product[kSpanBlocks];  // the byte weights' layout's: zeros past Blocks
-        for (std::uint32_t k = 0; k < kSpanBlocks; ++k)
-          product[k] = k < Blocks ? _mm512_mul_ps(scaled[k], relative[k][i]) : _mm512_setzero_ps();
-        _mm512_store_si512(weights[g][i], byte_weights(product));
+        _mm512_store_si512(weights[g][i], byte_weights(weight_words, scale_words[i]));
         unit[g][i] = _mm512_cvtss_f32(_mm512_mul_ps(top, top_step[i]));
         terms[g * Groups + i] = sum;
       }
