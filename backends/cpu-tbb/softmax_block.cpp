@@ -381,35 +381,59 @@ __attribute__((always_inline)) inline void BlockAttention::add(
   const auto lines = [](const RowBlock& r) {
     return static_cast<std::uint32_t>(r.ahead == nullptr ? 0 : r.ahead_bytes / 64);
   };
+  // The block at pending.count for `rows` rows from these, asking for its share of the next
+  // tiles; field by field (an aggregate assignment zero-fills the block first: a `rep stos`,
+  // about a third of this function's time in a profile).
+  const auto next_block = [&](const std::byte* k_rows, const void* k_meta, const std::byte* v_rows,
+                              const void* v_meta, std::uint32_t rows, Block16::Ahead k_ahead,
+                              Block16::Ahead v_ahead) -> Block16& {
+    const std::uint32_t place = pending.count;
+    Block16& block = pending.blocks[place];
+    block.q = q;
+    block.q8 = q8;
+    block.k = k_rows;
+    block.k_meta = k_meta;
+    block.v = v_rows;
+    block.v_meta = v_meta;
+    block.n = rows;
+    block.ahead[0] = k_ahead;
+    block.ahead[1] = v_ahead;
+    block.m = state.m.data();
+    block.l = state.l.data();
+    block.acc = state.acc.data();
+    block.weight = pending.weight + 16 * place;
+    block.earlier = 16 * place;
+    return block;
+  };
+  const auto pass = [&](const Block16& block) {
+    key_pass_(block);
+    if (++pending.count == span_) flush(pending);
+  };
+  // A whole block, as every page of 16 slots a run reads whole: by the shortest way (int4 calls
+  // of 4096 tokens, a page at a time, about 3% faster than through the loop below).
+  if (n == 16) {
+    pass(next_block(keys, k.meta, values, v.meta, 16, {k.ahead, lines(k)}, {v.ahead, lines(v)}));
+    return;
+  }
   const std::uint32_t ahead_lines[2] = {lines(k), lines(v)};
   // The kernels read 16 key rows: a partial block's are copied and padded with zeros (finite;
   // their weight is 0).
   alignas(64) std::byte pad[16 * kMaxDim * 4], pad_meta[16 * kMaxMetaBytes];
   for (std::uint32_t b = 0; b < blocks; ++b) {
     const std::uint32_t j = 16 * b, rows = std::min(16u, n - j), place = pending.count;
-    // Field by field: an aggregate assignment zero-fills the block first (a `rep stos`, about
-    // a third of this function's time in a profile).
-    Block16& block = pending.blocks[place];
-    block.q = q;
-    block.q8 = q8;
-    block.k = keys + j * key_bytes_;
-    block.k_meta = static_cast<const std::byte*>(k.meta) + j * key_meta_;
-    block.v = values + j * value_bytes_;
-    block.v_meta = static_cast<const std::byte*>(v.meta) + j * value_meta_;
-    block.n = rows;
-    block.m = state.m.data();
-    block.l = state.l.data();
-    block.acc = state.acc.data();
-    block.weight = pending.weight + 16 * place;
-    block.earlier = 16 * place;
     // Each block asks for its share of the next tiles.
+    Block16::Ahead ahead[2];
     const RowBlock* sides[2] = {&k, &v};
     for (int i = 0; i < 2; ++i) {
       const std::uint32_t all = ahead_lines[i];
       const std::uint32_t first = blocks == 1 ? 0 : all * b / blocks;
       const std::uint32_t end = blocks == 1 ? all : all * (b + 1) / blocks;
-      block.ahead[i] = {sides[i]->ahead + std::size_t{first} * 64, end - first};
+      ahead[i] = {sides[i]->ahead + std::size_t{first} * 64, end - first};
     }
+    Block16& block = next_block(
+        keys + j * key_bytes_, static_cast<const std::byte*>(k.meta) + j * key_meta_,
+        values + j * value_bytes_, static_cast<const std::byte*>(v.meta) + j * value_meta_, rows,
+        ahead[0], ahead[1]);
     if (rows < 16) {
       std::memcpy(pad, block.k, rows * key_bytes_);
       std::memset(pad + rows * key_bytes_, 0, (16 - rows) * key_bytes_);
@@ -435,8 +459,7 @@ __attribute__((always_inline)) inline void BlockAttention::add(
       std::memset(padded + rows * value_bytes_, 0, (4 - rows % 4) * value_bytes_);
       block.v = padded;
     }
-    key_pass_(block);
-    if (++pending.count == span_) flush(pending);
+    pass(block);
   }
 }
 
