@@ -366,6 +366,40 @@ BlockAttention::BlockAttention(std::uint32_t group, std::uint32_t dim, Rows stor
   value_meta_ = meta_bytes(values_, dim);
 }
 
+namespace {
+// The block at pending.count, for `rows` rows from these, asking for these lines of the next
+// tiles. Field by field: an aggregate assignment zero-fills the block first (a `rep stos`, about
+// a third of add's time in a profile).
+__attribute__((always_inline)) inline Block16& make_block(
+    const float* q, const QuantizedQuery* q8, const void* k_rows, const void* k_meta,
+    const void* v_rows, const void* v_meta, std::uint32_t rows, Block16::Ahead k_ahead,
+    Block16::Ahead v_ahead, SoftmaxState& state, PendingValues& pending) {
+  const std::uint32_t place = pending.count;
+  Block16& block = pending.blocks[place];
+  block.q = q;
+  block.q8 = q8;
+  block.k = k_rows;
+  block.k_meta = k_meta;
+  block.v = v_rows;
+  block.v_meta = v_meta;
+  block.n = rows;
+  block.ahead[0] = k_ahead;
+  block.ahead[1] = v_ahead;
+  block.m = state.m.data();
+  block.l = state.l.data();
+  block.acc = state.acc.data();
+  block.weight = pending.weight + 16 * place;
+  block.earlier = 16 * place;
+  return block;
+}
+}  // namespace
+
+__attribute__((always_inline)) inline void BlockAttention::run_block(const Block16& block,
+                                                                     PendingValues& pending) const {
+  key_pass_(block);
+  if (++pending.count == span_) flush(pending);
+}
+
 // Inlined into both entry points: a page run then pays for no call and no stack frame per
 // page.
 __attribute__((always_inline)) inline void BlockAttention::add(
@@ -381,38 +415,12 @@ __attribute__((always_inline)) inline void BlockAttention::add(
   const auto lines = [](const RowBlock& r) {
     return static_cast<std::uint32_t>(r.ahead == nullptr ? 0 : r.ahead_bytes / 64);
   };
-  // The block at pending.count for `rows` rows from these, asking for its share of the next
-  // tiles; field by field (an aggregate assignment zero-fills the block first: a `rep stos`,
-  // about a third of this function's time in a profile).
-  const auto next_block = [&](const std::byte* k_rows, const void* k_meta, const std::byte* v_rows,
-                              const void* v_meta, std::uint32_t rows, Block16::Ahead k_ahead,
-                              Block16::Ahead v_ahead) -> Block16& {
-    const std::uint32_t place = pending.count;
-    Block16& block = pending.blocks[place];
-    block.q = q;
-    block.q8 = q8;
-    block.k = k_rows;
-    block.k_meta = k_meta;
-    block.v = v_rows;
-    block.v_meta = v_meta;
-    block.n = rows;
-    block.ahead[0] = k_ahead;
-    block.ahead[1] = v_ahead;
-    block.m = state.m.data();
-    block.l = state.l.data();
-    block.acc = state.acc.data();
-    block.weight = pending.weight + 16 * place;
-    block.earlier = 16 * place;
-    return block;
-  };
-  const auto pass = [&](const Block16& block) {
-    key_pass_(block);
-    if (++pending.count == span_) flush(pending);
-  };
-  // A whole block, as every page of 16 slots a run reads whole: by the shortest way (int4 calls
-  // of 4096 tokens, a page at a time, about 3% faster than through the loop below).
+  // A whole block by the shortest way, without the loop's shares, padding and spills (int4
+  // decode calls of 4096 tokens in pages of 16 about 3% faster).
   if (n == 16) {
-    pass(next_block(keys, k.meta, values, v.meta, 16, {k.ahead, lines(k)}, {v.ahead, lines(v)}));
+    run_block(make_block(q, q8, keys, k.meta, values, v.meta, 16, {k.ahead, lines(k)},
+                         {v.ahead, lines(v)}, state, pending),
+              pending);
     return;
   }
   const std::uint32_t ahead_lines[2] = {lines(k), lines(v)};
@@ -430,10 +438,10 @@ __attribute__((always_inline)) inline void BlockAttention::add(
       const std::uint32_t end = blocks == 1 ? all : all * (b + 1) / blocks;
       ahead[i] = {sides[i]->ahead + std::size_t{first} * 64, end - first};
     }
-    Block16& block = next_block(
-        keys + j * key_bytes_, static_cast<const std::byte*>(k.meta) + j * key_meta_,
+    Block16& block = make_block(
+        q, q8, keys + j * key_bytes_, static_cast<const std::byte*>(k.meta) + j * key_meta_,
         values + j * value_bytes_, static_cast<const std::byte*>(v.meta) + j * value_meta_, rows,
-        ahead[0], ahead[1]);
+        ahead[0], ahead[1], state, pending);
     if (rows < 16) {
       std::memcpy(pad, block.k, rows * key_bytes_);
       std::memset(pad + rows * key_bytes_, 0, (16 - rows) * key_bytes_);
@@ -459,7 +467,7 @@ __attribute__((always_inline)) inline void BlockAttention::add(
       std::memset(padded + rows * value_bytes_, 0, (4 - rows % 4) * value_bytes_);
       block.v = padded;
     }
-    pass(block);
+    run_block(block, pending);
   }
 }
 
@@ -480,6 +488,18 @@ void BlockAttention::operator()(const float* q, const QuantizedQuery* q8, const 
     const std::byte* v = run.v_tiles + at * run.v_tile_bytes;
     const bool ahead = (index + run.ahead) * page < run.end;
     const std::size_t ahead_at = ahead ? run.pages[index + run.ahead] : 0;
+    // A whole page of 16 slots (the default size) is one block, made here from its tiles (int4
+    // calls of 4096 tokens on one thread about 4% faster than through add).
+    if (e - b == 16 && first == 0 && key_pass_ != nullptr) {
+      const auto k_lines = static_cast<std::uint32_t>(ahead ? run.k_tile_bytes / 64 : 0);
+      const auto v_lines = static_cast<std::uint32_t>(ahead ? run.v_tile_bytes / 64 : 0);
+      run_block(make_block(q, q8, k, k + run.k_code_bytes, v, v + run.v_code_bytes, 16,
+                           {run.k_tiles + ahead_at * run.k_tile_bytes, k_lines},
+                           {run.v_tiles + ahead_at * run.v_tile_bytes, v_lines}, state, pending),
+                pending);
+      b = e;
+      continue;
+    }
     add(q, q8,
         {keys_, k + first * key_bytes_, k + run.k_code_bytes + first * key_meta_,
          ahead ? run.k_tiles + ahead_at * run.k_tile_bytes : nullptr, run.k_tile_bytes},

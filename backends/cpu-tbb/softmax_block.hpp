@@ -197,6 +197,8 @@ class BlockAttention {
  private:
   void add(const float* q, const QuantizedQuery* q8, const RowBlock& k, const RowBlock& v,
            std::uint32_t n, SoftmaxState& state, PendingValues& pending, float* logits) const;
+  // A block's key pass, then the span's value pass when the span is full.
+  void run_block(const Block16& block, PendingValues& pending) const;
   void portable(const float* q, const RowBlock& k, const RowBlock& v, std::uint32_t n,
                 SoftmaxState& state, float* logits) const;
 
