@@ -231,6 +231,18 @@ double query_rounding_bound(std::span<const float> q_head, std::span<const float
   return scale * worst;
 }
 
+// A decode (or, with query counts set after, prefill) request over `ids` with these tensors and
+// visible ranges.
+AttentionRequest request_for(std::span<const SeqId> ids, const DLTensor& q, DLTensor& out,
+                             VisibleRanges visible) {
+  AttentionRequest request;
+  request.sequences = ids;
+  request.q = &q;
+  request.out = &out;
+  request.visible = visible;
+  return request;
+}
+
 class AttentionConformance : public ::testing::TestWithParam<AttentionCase> {
  protected:
   const std::uint32_t dim_ = GetParam().head_dim;
@@ -505,12 +517,7 @@ TEST_P(AttentionConformance, QueryThatSeesNoKeysGetsZeros) {
   const std::vector<SeqId> ids = {a, b};
   const std::vector<PositionRange> ranges = {{0, 0}, {0, 700}};
   const std::vector<std::uint32_t> counts = {0, 1};
-  AttentionRequest request;
-  request.sequences = ids;
-  request.q = &qt;
-  request.out = &ot;
-  request.visible = {ranges, counts, 1};
-  attention_->decode(*store_, request);
+  attention_->decode(*store_, request_for(ids, qt, ot, {ranges, counts, 1}));
   for (std::size_t e = 0; e < qh * dim_; ++e) ASSERT_EQ(out[e], 0.0f) << "element " << e;
   for (std::size_t e = qh * dim_; e < out.size(); ++e) ASSERT_TRUE(std::isfinite(out[e]));
 }
@@ -608,13 +615,8 @@ TEST(AttentionOutputs, HalfPrecisionOutputsAndDenseMask) {
       std::vector<std::uint32_t> raw(4 * 16, 0);  // room for either width
       DLTensor ot = host_tensor(reinterpret_cast<float*>(raw.data()), q_shape);
       ot.dtype = {static_cast<std::uint8_t>(code), static_cast<std::uint8_t>(bits), 1};
-      AttentionRequest request;
-      request.q = &qt;
-      request.out = &ot;
-      request.visible = {ranges, counts, 2};
-      std::vector<SeqId> ids{id};
-      request.sequences = ids;
-      attention->decode(*store, request);
+      const std::vector<SeqId> ids{id};
+      attention->decode(*store, request_for(ids, qt, ot, {ranges, counts, 2}));
       for (std::size_t e = 0; e < dense.size(); ++e) {
         float got;
         if (bits == 32) {
@@ -656,12 +658,7 @@ TEST(AttentionOutputs, WideGroupsMatchTheReference) {
     const std::vector<std::uint32_t> counts{1, 1};
     std::int64_t q_shape[3] = {2, 16, 32};
     DLTensor qt = host_tensor(q.data(), q_shape), ot = host_tensor(out.data(), q_shape);
-    AttentionRequest request;
-    request.sequences = ids;
-    request.q = &qt;
-    request.out = &ot;
-    request.visible = {ranges, counts, 1};
-    attention->decode(*store, request);
+    attention->decode(*store, request_for(ids, qt, ot, {ranges, counts, 1}));
     for (std::size_t i = 0; i < ids.size(); ++i) {
       std::vector<Position> positions(lengths[i]);
       for (std::uint32_t t = 0; t < lengths[i]; ++t) positions[t] = t;
@@ -695,13 +692,8 @@ TEST(AttentionOutputs, RejectsMalformedRequests) {
     const auto refused = [&](DLTensor q_in, DLTensor out_in, std::vector<PositionRange> ranges,
                              std::uint32_t count, const std::string& message) {
       const std::vector<std::uint32_t> counts{count};
-      AttentionRequest request;
-      request.sequences = ids;
-      request.q = &q_in;
-      request.out = &out_in;
-      request.visible = {ranges, counts, 2};
       try {
-        attention->decode(*store, request);
+        attention->decode(*store, request_for(ids, q_in, out_in, {ranges, counts, 2}));
         ADD_FAILURE() << backend << " accepted " << message;
       } catch (const Error& e) {
         EXPECT_EQ(e.code(), Code::invalid_argument) << backend;
@@ -760,13 +752,8 @@ TEST(AttentionOutputs, QuantizedValuesUnderUniformAndPeakedWeights) {
         const std::vector<std::uint32_t> counts{1};
         std::int64_t q_shape[3] = {1, 8, 128};
         DLTensor qt = host_tensor(q.data(), q_shape), ot = host_tensor(out.data(), q_shape);
-        AttentionRequest request;
         const std::vector<SeqId> ids{id};
-        request.sequences = ids;
-        request.q = &qt;
-        request.out = &ot;
-        request.visible = {ranges, counts, 1};
-        attention->decode(*store, request);
+        attention->decode(*store, request_for(ids, qt, ot, {ranges, counts, 1}));
         reference::attention({8, 2, 128}, q, stored_k, stored_v, positions, ranges,
                              1.0f / std::sqrt(128.0f), want);
         std::vector<std::size_t> all(n);
