@@ -415,8 +415,8 @@ __attribute__((always_inline)) inline void BlockAttention::add(
   const auto lines = [](const RowBlock& r) {
     return static_cast<std::uint32_t>(r.ahead == nullptr ? 0 : r.ahead_bytes / 64);
   };
-  // A whole block by the shortest way, without the loop's shares, padding and spills (int4
-  // decode calls of 4096 tokens in pages of 16 about 3% faster).
+  // A whole block by the shortest way, without the loop's shares and padding (as page runs take
+  // their whole pages of 16, below; here for rows decoded to float32 a page at a time).
   if (n == 16) {
     run_block(make_block(q, q8, keys, k.meta, values, v.meta, 16, {k.ahead, lines(k)},
                          {v.ahead, lines(v)}, state, pending),
@@ -486,25 +486,27 @@ void BlockAttention::operator()(const float* q, const QuantizedQuery* q8, const 
     const std::size_t at = run.pages[index];
     const std::byte* k = run.k_tiles + at * run.k_tile_bytes;
     const std::byte* v = run.v_tiles + at * run.v_tile_bytes;
+    // The tiles `run.ahead` pages on, if the run reaches them.
     const bool ahead = (index + run.ahead) * page < run.end;
     const std::size_t ahead_at = ahead ? run.pages[index + run.ahead] : 0;
+    const std::byte* k_ahead = ahead ? run.k_tiles + ahead_at * run.k_tile_bytes : nullptr;
+    const std::byte* v_ahead = ahead ? run.v_tiles + ahead_at * run.v_tile_bytes : nullptr;
     // A whole page of 16 slots (the default size) is one block, made here from its tiles (int4
     // calls of 4096 tokens on one thread about 4% faster than through add).
     if (e - b == 16 && first == 0 && key_pass_ != nullptr) {
       const auto k_lines = static_cast<std::uint32_t>(ahead ? run.k_tile_bytes / 64 : 0);
       const auto v_lines = static_cast<std::uint32_t>(ahead ? run.v_tile_bytes / 64 : 0);
       run_block(make_block(q, q8, k, k + run.k_code_bytes, v, v + run.v_code_bytes, 16,
-                           {run.k_tiles + ahead_at * run.k_tile_bytes, k_lines},
-                           {run.v_tiles + ahead_at * run.v_tile_bytes, v_lines}, state, pending),
+                           {k_ahead, k_lines}, {v_ahead, v_lines}, state, pending),
                 pending);
       b = e;
       continue;
     }
     add(q, q8,
-        {keys_, k + first * key_bytes_, k + run.k_code_bytes + first * key_meta_,
-         ahead ? run.k_tiles + ahead_at * run.k_tile_bytes : nullptr, run.k_tile_bytes},
-        {values_, v + first * value_bytes_, v + run.v_code_bytes + first * value_meta_,
-         ahead ? run.v_tiles + ahead_at * run.v_tile_bytes : nullptr, run.v_tile_bytes},
+        {keys_, k + first * key_bytes_, k + run.k_code_bytes + first * key_meta_, k_ahead,
+         run.k_tile_bytes},
+        {values_, v + first * value_bytes_, v + run.v_code_bytes + first * value_meta_, v_ahead,
+         run.v_tile_bytes},
         static_cast<std::uint32_t>(e - b), state, pending, logits);
     b = e;
   }

@@ -36,11 +36,12 @@ class SoftmaxState {
   }
   SoftmaxState(std::uint32_t group, std::uint32_t dim,
                std::pmr::memory_resource* memory = std::pmr::new_delete_resource())
-      : storage_(floats(group, dim), memory) {
+      : storage_(floats(group, dim), 0.0f, memory) {
     lay_out(storage_.data(), group, dim);
   }
   // In `memory` (floats(group, dim) of them), which must outlive the state.
   SoftmaxState(std::uint32_t group, std::uint32_t dim, float* memory) {
+    std::fill_n(memory, floats(group, dim), 0.0f);
     lay_out(memory, group, dim);
   }
   SoftmaxState(SoftmaxState&&) noexcept = default;
@@ -53,13 +54,12 @@ class SoftmaxState {
   std::span<float> acc;  // [group][dim]
 
  private:
-  // m = -inf, l = acc = 0, from `at` on.
+  // The views from `at` on (zeros there already), m set to -inf.
   void lay_out(float* at, std::uint32_t group, std::uint32_t dim) {
     m = {at, group};
     l = {at + group, std::size_t{group} * kLanes};
     acc = {l.data() + l.size(), std::size_t{group} * dim};
     std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
-    std::fill(at + group, at + floats(group, dim), 0.0f);
   }
 
  public:
