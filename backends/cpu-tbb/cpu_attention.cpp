@@ -37,8 +37,9 @@ constexpr std::uint64_t kParallelWork = 1024;
 // `kind`: at least two pages, and more for small tiles, so that a format read fast (int4: a
 // 16-slot page of 1-1.3 KB in a few hundred ns) asks early enough to cover the memory's latency.
 // int8 twice as far: on Zen 4, with the two distances taking turns call by call in one run, int8
-// calls ran 4-10% faster with 16 KB than with 8 (32768 tokens x 8 sequences: 10%, 4096 x 8: 2-4%),
-// where fp16 and bf16 ran no faster and int4 2-3% slower (and from 24 KB on, fp16 4-9% slower).
+// calls ran faster with 16 KB than with 8 (32768 tokens x 8 sequences: 6-13%, 32768 x 1: 2-11%,
+// 4096 x 8: 2-4%, 4096 x 1: the same), where fp16 and bf16 ran no faster and int4 2-3% slower
+// (and from 24 KB on, fp16 2-9% slower).
 constexpr std::size_t prefetch_bytes(Rows kind) {
   return kind == Rows::int8 ? 16384 : 8192;
 }
