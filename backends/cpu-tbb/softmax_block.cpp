@@ -19,15 +19,16 @@ using namespace avx512;
 
 KVCACHE_KERNELS_BEGIN
 
-// out[i] = op(x[i]) for n floats, 16 at a time and a masked tail (out may be x).
-template <class Op>
-KVCACHE_AVX512 KVCACHE_INLINE void map_avx512_n(const float* x, float* out, std::uint32_t n,
-                                                Op op) {
+// out[i] = op(x[i], ...) for n floats of each input, 16 at a time and a masked tail (out may be
+// one of the inputs).
+template <class Op, class... Inputs>
+KVCACHE_AVX512 KVCACHE_INLINE void map_avx512_n(float* out, std::uint32_t n, Op op,
+                                                const Inputs*... x) {
   std::uint32_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, op(_mm512_loadu_ps(x + i)));
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, op(_mm512_loadu_ps(x + i)...));
   if (i < n) {
     const __mmask16 tail = static_cast<__mmask16>((1u << (n - i)) - 1);
-    _mm512_mask_storeu_ps(out + i, tail, op(_mm512_maskz_loadu_ps(tail, x + i)));
+    _mm512_mask_storeu_ps(out + i, tail, op(_mm512_maskz_loadu_ps(tail, x + i)...));
   }
 }
 // The operations mapped (functors: a lambda's operator() would not get the AVX-512 target).
@@ -40,27 +41,22 @@ struct Times {
     return _mm512_mul_ps(v, factor);
   }
 };
+struct Mix {  // a x mine + b x theirs
+  __m512 mine, theirs;
+  KVCACHE_AVX512 KVCACHE_INLINE __m512 operator()(__m512 a, __m512 b) const {
+    return _mm512_fmadd_ps(b, theirs, _mm512_mul_ps(a, mine));
+  }
+};
 KVCACHE_AVX512 void exp2_avx512_n(float* x, std::uint32_t n) {
-  map_avx512_n(x, x, n, Exp2{});
+  map_avx512_n(x, n, Exp2{}, x);
 }
 KVCACHE_AVX512 void scale_avx512_n(const float* x, float factor, float* out, std::uint32_t n) {
-  map_avx512_n(x, out, n, Times{_mm512_set1_ps(factor)});
+  map_avx512_n(out, n, Times{_mm512_set1_ps(factor)}, x);
 }
-
 // x = x * mine + other * theirs for n floats (other does not overlap x).
 KVCACHE_AVX512 void mix_avx512_n(float* x, float mine, const float* other, float theirs,
                                  std::uint32_t n) {
-  const __m512 a = _mm512_set1_ps(mine), b = _mm512_set1_ps(theirs);
-  std::uint32_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(x + i, _mm512_fmadd_ps(_mm512_loadu_ps(other + i), b,
-                                            _mm512_mul_ps(_mm512_loadu_ps(x + i), a)));
-  if (i < n) {
-    const __mmask16 tail = static_cast<__mmask16>((1u << (n - i)) - 1);
-    _mm512_mask_storeu_ps(x + i, tail,
-                          _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, other + i), b,
-                                          _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, x + i), a)));
-  }
+  map_avx512_n(x, n, Mix{_mm512_set1_ps(mine), _mm512_set1_ps(theirs)}, x, other);
 }
 
 KVCACHE_AVX512 void logits_avx512(const float* q, std::uint32_t group, std::uint32_t dim,
