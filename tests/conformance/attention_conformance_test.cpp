@@ -151,8 +151,8 @@ bool rounds_weights(const std::string& backend, const std::string& format, std::
 // weights is off by at most 0.52 of 1/255 of the largest weight times the largest step (see
 // cpu-tbb's kLargestByteWeight), against a code at most 8 from the middle of its range, so by
 // n x 4.16 / 255 x the largest softmax weight x the largest step among the visible rows' groups of
-// the head's KV head. A stored group spans 15
-// steps (its elements' codes run from 0 to 15). keys, values: [rows][kv_heads][dim].
+// the head's KV head. A stored group spans 15 steps (its elements' codes run from 0 to 15). keys,
+// values: [rows][kv_heads][dim].
 double weight_rounding_bound(std::span<const float> q_head, std::span<const float> keys,
                              std::span<const float> values, std::uint32_t kv_heads,
                              std::uint32_t kv_head, std::uint32_t group,
@@ -332,14 +332,10 @@ class AttentionConformance : public ::testing::TestWithParam<AttentionCase> {
     for (SeqId id : ids) scores_before.push_back(store_->scores(id));
     std::int64_t shape[3] = {static_cast<std::int64_t>(queries), qh, dim_};
     DLTensor qt = host_tensor(q.data(), shape), ot = host_tensor(out.data(), shape);
-    AttentionRequest request;
+    AttentionRequest request = request_for(ids, qt, ot, {ranges, counts, max_ranges});
     request.layer = layer;
-    request.sequences = ids;
     request.query_counts =
         prefill ? std::span<const std::uint32_t>(query_counts) : std::span<const std::uint32_t>();
-    request.q = &qt;
-    request.out = &ot;
-    request.visible = {ranges, counts, max_ranges};
     request.accumulate_scores = scores;
     prefill ? attention_->prefill(*store_, request) : attention_->decode(*store_, request);
 
@@ -459,12 +455,8 @@ TEST_P(AttentionConformance, PrefillOfNoQueriesForSomeOrAllSequences) {
   DLTensor qt = host_tensor(q.data(), shape), ot = host_tensor(out.data(), shape);
   const std::vector<std::uint32_t> none = {0, 0};
   const std::vector<SeqId> ids = {a, b};
-  AttentionRequest request;
-  request.sequences = ids;
+  AttentionRequest request = request_for(ids, qt, ot, {{}, {}, 1});
   request.query_counts = none;
-  request.q = &qt;
-  request.out = &ot;
-  request.visible = {{}, {}, 1};
   attention_->prefill(*store_, request);
   for (float x : out) ASSERT_TRUE(std::isnan(x));
 }
