@@ -39,8 +39,8 @@ std::byte* allocate_pool(std::size_t bytes) {
 PagedStore::PagedStore(const StoreSpec& spec)
     : PagedStoreBase(spec),
       page_size_(spec.page_size),
-      k_codec_(parse_format(spec.k_format, spec.k_options), spec.model.head_dim, spec.page_size),
-      v_codec_(parse_format(spec.v_format, spec.v_options), spec.model.head_dim, spec.page_size),
+      k_codec_(format(false), spec.model.head_dim, spec.page_size),
+      v_codec_(format(true), spec.model.head_dim, spec.page_size),
       memory_(nullptr, &std::free) {
   const std::size_t tiles = std::size_t{book_.total_pages()} * spec.model.kv_heads;  // per pool
   k_pool_bytes_ = tiles * k_codec_.layout().tile_bytes;

@@ -255,10 +255,16 @@ KVCACHE_AVX512 void decode_int4_avx512(const std::byte* codes, const std::byte* 
 
 }  // namespace
 
-SlotCodec::SlotCodec(const FormatSpec& spec, std::uint32_t head_dim, std::uint32_t page_size)
-    : spec_(spec), layout_(format_layout(spec, head_dim, page_size)), head_dim_(head_dim) {
+SlotCodec::SlotCodec(const StoreFormat& format, std::uint32_t head_dim, std::uint32_t page_size)
+    : spec_(format.spec),
+      layout_(format.layout),
+      head_dim_(head_dim),
+      page_size_(page_size),
+      external_(format.codec) {
+  const FormatSpec& spec = spec_;
   if (layout_.slot_code_bytes == 0)
-    throw Error(Code::unsupported, "format " + spec.name() + " has no per-slot layout");
+    throw Error(Code::unsupported, "format " + format.name + " has no per-slot layout");
+  if (external_) return;  // its own codec, row by row or a run of slots at once
   if (spec.kind == FormatKind::fp32) fast_decode_ = &decode_fp32;
   if (has_avx512() && head_dim % 16 == 0) {
     if (spec.kind == FormatKind::int8_per_token && head_dim == 128)
@@ -281,8 +287,15 @@ SlotCodec::SlotCodec(const FormatSpec& spec, std::uint32_t head_dim, std::uint32
   }
 }
 
+DLTensor SlotCodec::rows_tensor(const float* rows, std::int64_t* shape) const {
+  return {const_cast<float*>(rows), {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, shape, nullptr, 0};
+}
+
 void SlotCodec::encode(const float* row, std::byte* tile, std::uint32_t slot) const {
-  if (fast_int4_) {
+  if (external_) {
+    std::int64_t shape[2] = {1, head_dim_};
+    external_->encode(rows_tensor(row, shape), slot, page_size_, tile);
+  } else if (fast_int4_) {
     encode_int4_avx512(row, head_dim_, spec_.group, codes(tile, slot), meta(tile, slot));
   } else if (fast_encode_ != nullptr) {
     fast_encode_(row, head_dim_, codes(tile, slot), meta(tile, slot));
@@ -294,6 +307,12 @@ void SlotCodec::encode(const float* row, std::byte* tile, std::uint32_t slot) co
 
 void SlotCodec::decode_rows(const std::byte* tile, std::uint32_t first_slot, std::uint32_t n,
                             float* rows, const std::byte* ahead, std::size_t ahead_bytes) const {
+  if (external_) {  // one call for the run: each call crosses the plugin boundary
+    std::int64_t shape[2] = {n, head_dim_};
+    DLTensor out = rows_tensor(rows, shape);
+    if (n > 0) external_->decode(tile, first_slot, page_size_, out);
+    return;
+  }
   const std::size_t lines = ahead == nullptr ? 0 : ahead_bytes / 64;
   const std::size_t per_row = n == 0 ? 0 : (lines + n - 1) / n;  // an even share per row
   std::size_t next_line = 0;
@@ -320,6 +339,7 @@ void SlotCodec::encode_group(const float* rows, std::byte* tile, std::uint32_t f
 }
 
 void SlotCodec::decode(const std::byte* tile, std::uint32_t slot, float* row) const {
+  if (external_) return decode_rows(tile, slot, 1, row);
   reference::decode(spec_, codes(tile, slot), meta(tile, slot), std::span<float>(row, head_dim_));
 }
 

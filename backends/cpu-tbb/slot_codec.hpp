@@ -1,11 +1,13 @@
 // One storage format's kernels on the CPU: encode a K or V row into a slot of a tile, decode it
-// back, move a slot. Fast paths (AVX-512, picked at run time) produce exactly the reference's
-// bytes; every other case runs the reference code itself.
+// back, move a slot. For built-in formats, fast paths (AVX-512, picked at run time) produce
+// exactly the reference's bytes and every other case runs the reference code itself; any other
+// format runs its component's own encode and tile decode.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 
 #include "kvcache/formats.hpp"
 
@@ -13,7 +15,7 @@ namespace kvcache::cpu {
 
 class SlotCodec {
  public:
-  SlotCodec(const FormatSpec& spec, std::uint32_t head_dim, std::uint32_t page_size);
+  SlotCodec(const StoreFormat& format, std::uint32_t head_dim, std::uint32_t page_size);
 
   const FormatSpec& spec() const { return spec_; }
   const StorageFormat& layout() const { return layout_; }
@@ -55,10 +57,15 @@ class SlotCodec {
                             std::byte* meta);
   using DecodeFn = void (*)(const std::byte* codes, const std::byte* meta, std::uint32_t head_dim,
                             float* row);
+  // rows[shape[0]][head_dim] as the float32 tensor a codec takes.
+  DLTensor rows_tensor(const float* rows, std::int64_t* shape) const;
+
   FormatSpec spec_;
   StorageFormat layout_;
   std::uint32_t head_dim_;
-  EncodeFn fast_encode_ = nullptr;  // null: the reference encoder
+  std::uint32_t page_size_;
+  std::shared_ptr<const Quantizer> external_;  // an external format's codec, else null
+  EncodeFn fast_encode_ = nullptr;             // null: the reference encoder
   bool fast_int4_ = false;          // int4-group's AVX-512 encoder (it takes the group size)
   DecodeFn fast_decode_ = nullptr;  // null: the reference decoder
 };

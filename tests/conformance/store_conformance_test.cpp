@@ -58,6 +58,11 @@ std::vector<StoreCase> store_cases() {
     cases.push_back({backend, "fp16", "int8-per-token", 16});
     // KIVI as published: 2-bit keys per channel, paired with a per-token value format.
     cases.push_back({backend, "kivi-k", "int8-per-token", 16, {{"bits", 2}, {"group", 8}}});
+    for (const std::string& f : extra_formats()) {  // alone, and beside a built-in format
+      cases.push_back({backend, f, f, 4});
+      cases.push_back({backend, f, "int8-per-token", 16});
+      cases.push_back({backend, "fp16", f, 8});
+    }
   }
   return cases;
 }
@@ -93,7 +98,7 @@ class StoreConformance : public ::testing::TestWithParam<StoreCase> {
     s.k_options = GetParam().k_options;
     s.v_options = GetParam().v_options;
     s.poison_unused = true;  // any read of padding would show as NaN
-    const std::uint64_t per_page = page_cost(s);
+    const std::uint64_t per_page = page_cost(with_codecs(s));
     s.capacity_bytes = pages * per_page + per_page / 2;
     return s;
   }
@@ -130,10 +135,7 @@ class StoreConformance : public ::testing::TestWithParam<StoreCase> {
     }
   }
 
-  FormatSpec format(bool value) const {
-    return value ? parse_format(GetParam().v_format, GetParam().v_options)
-                 : parse_format(GetParam().k_format, GetParam().k_options);
-  }
+  FormatSpec format(bool value) const { return ReferenceCodec(spec(1), value).format().spec; }
   bool groups_tokens() const {
     return format(false).groups_tokens() || format(true).groups_tokens();
   }
@@ -155,7 +157,8 @@ class StoreConformance : public ::testing::TestWithParam<StoreCase> {
       store.gather(layer, id, kt, vt);
       for (std::uint32_t h = 0; h < kHeads; ++h) {
         for (const bool value : {false, true}) {
-          const FormatSpec f = format(value);
+          const ReferenceCodec codec(spec(1), value);
+          const FormatSpec& f = codec.format().spec;
           const StorageFormat& layout = value ? info.v_format : info.k_format;
           const std::size_t group = f.groups_tokens() ? f.group : 1;
           for (std::size_t first = 0; first < n; first += group) {
@@ -185,16 +188,15 @@ class StoreConformance : public ::testing::TestWithParam<StoreCase> {
                   held[i] = float_from_fp16(fp16_from_float(rows[i]));
                 reference::encode_group(f, held, kDim, want_codes.data(), want_meta.data());
               } else {
-                reference::encode(f, rows, want_codes.data(), want_meta.data());
+                codec.encode(rows, want_codes.data(), want_meta.data());
               }
               ASSERT_TRUE(std::equal(want_codes.begin(), want_codes.end(), codes))
                   << "codes differ: layer " << layer << " slot " << first << " head " << h;
               ASSERT_TRUE(std::equal(want_meta.begin(), want_meta.end(), meta))
                   << "scales differ: layer " << layer << " slot " << first << " head " << h;
               for (std::size_t i = 0; i < count; ++i)
-                reference::decode(f, want_codes.data() + i * layout.slot_code_bytes,
-                                  want_meta.data(),
-                                  std::span<float>(expected.data() + i * kDim, kDim));
+                codec.decode(want_codes.data() + i * layout.slot_code_bytes, want_meta.data(),
+                             std::span<float>(expected.data() + i * kDim, kDim));
             }
             for (std::size_t i = 0; i < count; ++i) {
               const float* got = (value ? v : k).data() + ((first + i) * kHeads + h) * kDim;

@@ -47,15 +47,17 @@ static int32_t create_attention(void* self, const kvc_attention_table** table, v
   return KVC_UNSUPPORTED;
 }
 
-/* The full struct, but its size says 1.0: the last field is garbage the host must not call. */
-static const kvc_backend_table table = {offsetof(kvc_backend_table, memory_bandwidth),
-                                        create,
-                                        destroy,
-                                        device_count,
-                                        device_info,
-                                        create_store,
-                                        create_attention,
-                                        (int32_t(*)(void*, uint64_t, double*, kvc_error*))1};
+/* The full struct, but its size says 1.0: the later fields are garbage the host must not call. */
+static const kvc_backend_table table = {
+    offsetof(kvc_backend_table, memory_bandwidth),
+    create,
+    destroy,
+    device_count,
+    device_info,
+    create_store,
+    create_attention,
+    (int32_t(*)(void*, uint64_t, double*, kvc_error*))1,
+    (int32_t(*)(void*, const kvc_store_args*, const kvc_store_table**, void**, kvc_error*))1};
 
 static const kvc_component components[1] = {
     {sizeof(kvc_component), KVC_KIND_BACKEND, "test-abi-1-0", "1.0.0", NULL, NULL, &table}};

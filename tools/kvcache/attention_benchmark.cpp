@@ -12,6 +12,7 @@
 
 #include "kvcache/formats.hpp"
 #include "kvcache/host_tensor.hpp"
+#include "kvcache/registry.hpp"
 #include "kvcache/status.hpp"
 #include "memory_bandwidth.hpp"
 
@@ -49,10 +50,9 @@ AttentionBenchResult run_attention_benchmark(const Registry& registry,
   spec.k_options = o.k_options;
   spec.v_options = o.v_options;
   spec.prefix_caching = false;
-  const std::uint64_t tile_k =
-      format_layout(parse_format(o.k_format, o.k_options), o.head_dim, o.page_size).tile_bytes;
-  const std::uint64_t tile_v =
-      format_layout(parse_format(o.v_format, o.v_options), o.head_dim, o.page_size).tile_bytes;
+  spec = with_codecs(spec, registry);  // a format from outside runs through its own codec
+  const std::uint64_t tile_k = store_format(spec, false).layout.tile_bytes;
+  const std::uint64_t tile_v = store_format(spec, true).layout.tile_bytes;
   const std::uint64_t pages = (o.tokens + o.page_size - 1) / o.page_size * o.batch + 1;
   spec.capacity_bytes = pages * page_cost(spec);
   const auto backend = registry.create_backend(o.backend);

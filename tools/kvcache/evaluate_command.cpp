@@ -18,7 +18,9 @@
 #include "kvcache/cache.hpp"
 #include "kvcache/formats.hpp"
 #include "kvcache/host_tensor.hpp"
+#include "kvcache/nearest_name.hpp"
 #include "kvcache/reference_attention.hpp"
+#include "kvcache/registry.hpp"
 #include "tensor_file.hpp"
 
 namespace kvcache::tool {
@@ -123,20 +125,24 @@ void run_evaluate(const Globals& globals, const EvaluateFlags& f) {
                                                 ", got " + shape_text(q_tensor->shape));
   }
 
+  const Config base = selected_config(globals);
+  const auto registry = Registry::load(base.plugins);
   std::vector<std::string> formats;
   if (f.formats.empty()) {
     for (const std::string& name : format_names())
       if (name != "fp32") formats.push_back(name);
   } else {
+    // Any quantizer component is a format; a typo gets the nearest installed name.
+    const std::vector<std::string> installed = registry->names(ComponentKind::quantizer);
     for (std::size_t start = 0; start <= f.formats.size();) {
       const std::size_t comma = std::min(f.formats.find(',', start), f.formats.size());
       formats.push_back(f.formats.substr(start, comma - start));
-      parse_format(formats.back());  // a typo gets the nearest name
+      if (registry->find(ComponentKind::quantizer, formats.back()) == nullptr)
+        throw Error(Code::not_found, "unknown storage format '" + formats.back() + "'" +
+                                         did_you_mean(formats.back(), installed));
       start = comma + 1;
     }
   }
-  const Config base = selected_config(globals);
-  const auto registry = Registry::load(base.plugins);
   std::vector<Row> rows;
   for (const std::string& format : formats) {
     Row row{format, {}, {}, {}};
@@ -154,8 +160,8 @@ void run_evaluate(const Globals& globals, const EvaluateFlags& f) {
                       static_cast<std::uint32_t>(p.head_dim)};
       config.cache.page_size = 32;  // kivi-k's default group fits
       config.k_quantizer = config.v_quantizer = {.name = format};
-      config.cache.capacity_bytes =
-          (static_cast<std::uint64_t>(p.tokens) / 32 + 2) * page_cost(store_spec(config));
+      config.cache.capacity_bytes = (static_cast<std::uint64_t>(p.tokens) / 32 + 2) *
+                                    page_cost(store_spec(config, *registry));
       config.mask = {.name = "causal"};
       config.eviction = {.name = "none"};
       const auto cache = Cache::open(config, registry);

@@ -117,6 +117,8 @@ void run_quantize(const Globals& globals, const QuantizeFlags& f) {
       out["zeros"] = bytes_tensor("F16", meta_shape, zeros);
       break;
     }
+    case FormatKind::external:  // parse_format names built-in formats only
+      break;
   }
   write_safetensors(f.out, out);
   std::cerr << fmt::format("{}: {} rows of {} quantized as {} -> {}\n", f.in, rows, dim, f.scheme,

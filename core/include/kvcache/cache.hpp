@@ -50,6 +50,9 @@ class KVCACHE_API CacheFull : public EvictionError {
 
 // The store a config asks for: model, page size, capacity, prefix caching, K and V formats.
 KVCACHE_API StoreSpec store_spec(const Config& config);
+// The same, with the codec of each format that is not built in made from its registry
+// component, so that any store (and page_cost) can run it.
+KVCACHE_API StoreSpec store_spec(const Config& config, const Registry& registry);
 
 class KVCACHE_API Cache {
  public:

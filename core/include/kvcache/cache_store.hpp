@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -32,6 +33,11 @@ struct StoreSpec {
   nlohmann::json v_options = nlohmann::json::object();
   // Tests: fill every slot that holds no token with NaN bytes, so a read of padding shows.
   bool poison_unused = false;
+  // The formats' own codecs (their Quantizer components), which a store uses for a format it
+  // has no kernels of its own for; they outlive the store. Not part of the JSON: they cross the
+  // ABI as kvc_format_codec.
+  std::shared_ptr<const Quantizer> k_codec;
+  std::shared_ptr<const Quantizer> v_codec;
 };
 
 inline nlohmann::json to_json(const StoreSpec& s) {

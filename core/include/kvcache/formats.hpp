@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -20,7 +21,6 @@
 #include <nlohmann/json.hpp>
 
 #include "kvcache/cache_store.hpp"
-#include "kvcache/export.hpp"
 #include "kvcache/quantizer.hpp"
 
 namespace kvcache {
@@ -33,6 +33,7 @@ enum class FormatKind : std::uint32_t {
   int8_per_token,  // the seed's: scale = max|x| / 127 (>= 1e-8), code = rne(x / scale)
   int4_group,      // asymmetric, per group of head_dim: fp16 scale and fp16 minimum
   kivi_k,          // KIVI keys: int4 or int2 per channel over groups of G tokens, asymmetric
+  external,        // any other format: its component's own encode and tile decode (StoreFormat)
 };
 
 struct FormatSpec {
@@ -42,19 +43,19 @@ struct FormatSpec {
   // Whether scales span several tokens (kivi-k): such a format is written a whole group at a
   // time, and its slots cannot be moved one by one.
   bool groups_tokens() const { return kind == FormatKind::kivi_k; }
-  KVCACHE_API std::string name() const;
+  std::string name() const;
   friend bool operator==(const FormatSpec&, const FormatSpec&) = default;
 };
 
 // "fp16", "int4-group", ...; options as in the config ({group: 64}). Throws Error with the
 // nearest name or option.
-KVCACHE_API FormatSpec parse_format(std::string_view name, const nlohmann::json& options = {});
-KVCACHE_API const std::vector<std::string>& format_names();
+FormatSpec parse_format(std::string_view name, const nlohmann::json& options = {});
+const std::vector<std::string>& format_names();
 
 // Layout for a head dimension and page size; throws Error(invalid_argument) when the format
 // cannot hold it (e.g. a group that does not divide head_dim).
-KVCACHE_API StorageFormat format_layout(const FormatSpec& spec, std::uint32_t head_dim,
-                                        std::uint32_t page_size);
+StorageFormat format_layout(const FormatSpec& spec, std::uint32_t head_dim,
+                            std::uint32_t page_size);
 
 // Byte offsets within a tile of a slot's codes and of its meta (its group's meta for a format
 // that groups tokens).
@@ -67,23 +68,39 @@ inline std::size_t slot_meta_offset(const FormatSpec& spec, const StorageFormat&
                                               : std::size_t{slot} * f.slot_meta_bytes);
 }
 
-// Bytes one page of a store of built-in formats takes: every layer's K and V tiles plus the
-// logical position of each slot. A store holds capacity_bytes / page_cost(spec) pages.
-KVCACHE_API std::uint64_t page_cost(const StoreSpec& spec);
+// A store's K or V format as the store runs it: a built-in format, or any other (kind
+// external), which runs through its component's codec and lays its tiles out as that component
+// describes. An external format must keep each slot self-contained (slot_code_bytes > 0), so
+// that compaction can move a token by copying its bytes.
+struct StoreFormat {
+  std::string name;
+  FormatSpec spec;
+  StorageFormat layout;
+  std::shared_ptr<const Quantizer> codec;  // external formats only
+  bool external() const { return spec.kind == FormatKind::external; }
+};
+
+// The K (value false) or V format of a store spec. A name that is not built in needs the spec's
+// codec; its layout is checked, and with `try_codec` its encode and decode are tried once on a
+// page of rows. Throws Error naming the format and the reason (unknown name: the nearest one).
+StoreFormat store_format(const StoreSpec& spec, bool value, bool try_codec = false);
+
+// Bytes one page of a store takes: every layer's K and V tiles plus the logical position of
+// each slot. A store holds capacity_bytes / page_cost(spec) pages.
+std::uint64_t page_cost(const StoreSpec& spec);
 
 namespace reference {
 
 // Encodes one token-head vector x[head_dim] into its slot's codes and meta.
-KVCACHE_API void encode(const FormatSpec& spec, std::span<const float> x, std::byte* codes,
-                        std::byte* meta);
+void encode(const FormatSpec& spec, std::span<const float> x, std::byte* codes, std::byte* meta);
 // For formats that group tokens: encodes rows[group][head_dim] into the group's consecutive
 // slot codes and its meta.
-KVCACHE_API void encode_group(const FormatSpec& spec, std::span<const float> rows,
-                              std::uint32_t head_dim, std::byte* codes, std::byte* meta);
+void encode_group(const FormatSpec& spec, std::span<const float> rows, std::uint32_t head_dim,
+                  std::byte* codes, std::byte* meta);
 // Decodes one slot back into out[head_dim] (float32); `meta` is the slot's meta, or its group's
 // for a format that groups tokens.
-KVCACHE_API void decode(const FormatSpec& spec, const std::byte* codes, const std::byte* meta,
-                        std::span<float> out);
+void decode(const FormatSpec& spec, const std::byte* codes, const std::byte* meta,
+            std::span<float> out);
 
 }  // namespace reference
 }  // namespace kvcache

@@ -56,4 +56,12 @@ std::string did_you_mean(std::string_view name, const Range& candidates) {
   return best ? " (did you mean '" + *best + "'?)" : std::string();
 }
 
+// "a, b, c": names listed in a message.
+template <class Range>
+std::string name_list(const Range& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + std::string(n);
+  return out;
+}
+
 }  // namespace kvcache

@@ -3,16 +3,17 @@
  * Rules (they are what lets a plugin built today load into a host built next year):
  * - A plugin exports one function, KVC_ENTRY_SYMBOL, of type kvc_plugin_entry_fn. The host passes
  *   its ABI version; the plugin returns a descriptor that lives as long as the library.
- * - A different ABI major is refused by both sides. Minors only add: every struct starts with its
- *   own struct_size and only grows at the end, so a reader checks struct_size before reading a
- *   field that a newer minor added.
+ * - A different ABI major is refused by both sides. Minors only add: every struct that may grow
+ *   starts with its own struct_size and only grows at the end, so a reader checks struct_size
+ *   before reading a field that a newer minor added. Arrays of structs carry their element size;
+ *   a struct embedded by value is frozen (kvc_format_desc_1_0).
  * - Errors cross as a status code plus a message written into a host-owned kvc_error, never as
  *   C++ exceptions. Every function returns the same code it wrote into err->code.
  * - Tensors cross as DLPack DLTensor. Component options cross as a JSON text.
  * - Instances are opaque void* made by a table's create and freed by its destroy.
  *
  * Plugin authors normally never write against this header: kvcache/sdk/plugin.hpp generates all
- * of it from C++ classes.
+ * of it from C++ classes. docs/plugin-abi.md has the version rules and history.
  */
 #ifndef KVCACHE_PLUGIN_ABI_H
 #define KVCACHE_PLUGIN_ABI_H
@@ -27,7 +28,7 @@ extern "C" {
 #endif
 
 #define KVC_ABI_MAJOR 1
-#define KVC_ABI_MINOR 2
+#define KVC_ABI_MINOR 3
 #define KVC_ENTRY_SYMBOL "kvcache_plugin_entry"
 
 /* ---- status ------------------------------------------------------------------------------- */
@@ -71,6 +72,13 @@ typedef struct kvc_capabilities {
   uint32_t n_page_sizes;
   const uint32_t* page_sizes;
   const char* device_kind; /* "cpu", "cuda", "hip", or NULL when device-independent */
+  /* ABI 1.3 (a 1.2 struct ends before these). Backends only: */
+  uint32_t foreign_formats; /* 1: runs any quantizer component through its own encode and tile
+                               decode; `formats` lists those it runs fused. 0: only `formats`. */
+  uint32_t reserved;
+  /* The numeric contract of the backend's attention, a JSON object (docs/plugin-abi.md), from
+     which conformance derives its error bounds; NULL or "{}": float arithmetic throughout. */
+  const char* numerics_json;
 } kvc_capabilities;
 
 typedef struct kvc_component {
@@ -148,7 +156,8 @@ enum {
   KVC_GRANULARITY_CHANNEL = 3     /* per channel over group_size tokens (KIVI keys) */
 };
 
-/* Layout of one tile: the page_size tokens of one page, one layer, one KV head. */
+/* Layout of one tile: the page_size tokens of one page, one layer, one KV head. It may grow;
+ * kvc_format_desc_1_0 is its ABI 1.0 part, frozen, which kvc_store_info embeds. */
 typedef struct kvc_format_desc {
   uint32_t struct_size;
   uint32_t code_bits;   /* bits per stored element */
@@ -162,11 +171,26 @@ typedef struct kvc_format_desc {
   uint32_t slot_meta_bytes;
 } kvc_format_desc;
 
+/* The fields of kvc_format_desc in ABI 1.0, for structs that embed a description by value. */
+typedef struct kvc_format_desc_1_0 {
+  uint32_t struct_size;
+  uint32_t code_bits;
+  uint32_t granularity;
+  uint32_t group_size;
+  uint32_t symmetric;
+  DLDataType scale_dtype;
+  uint64_t tile_bytes;
+  uint64_t code_bytes;
+  uint32_t slot_code_bytes;
+  uint32_t slot_meta_bytes;
+} kvc_format_desc_1_0;
+
 typedef struct kvc_quantizer_table {
   KVC_INSTANCE_TABLE_HEADER
   int32_t (*describe)(void* instance, uint32_t head_dim, uint32_t page_size, kvc_format_desc* out,
                       kvc_error* err);
-  /* src: [count, head_dim] floats on the host; stored into slots [first_slot, first_slot+count). */
+  /* src: [count, head_dim] floats on the host; stored into slots [first_slot, first_slot+count).
+   * encode and decode may be called from several threads at once, on different tiles. */
   int32_t (*encode)(void* instance, const DLTensor* src, uint32_t first_slot, uint32_t page_size,
                     void* tile, kvc_error* err);
   /* dst: [count, head_dim] float32 on the host; read from slots [first_slot, first_slot+count). */
@@ -201,6 +225,12 @@ typedef struct kvc_cache_state {
   void* context;
   int32_t (*tokens)(void* context, uint64_t sequence, const int64_t** positions,
                     const float** scores, uint64_t* count, kvc_error* err);
+  /* ABI 1.3: bytes from one sequences[] entry to the next, so kvc_sequence_state may grow; a
+     reader uses fields that lie within it. A state whose struct_size ends before this field has
+     entries of the 1.2 kvc_sequence_state (56 bytes), and a host must give policies of a minor
+     below 3 entries of that size. */
+  uint32_t sequence_size;
+  uint32_t reserved;
 } kvc_cache_state;
 
 /* A policy states its decision through these host callbacks; they return a KVC_* code. */
@@ -234,9 +264,9 @@ typedef struct kvc_store_info {
   uint32_t struct_size;
   uint32_t page_size;
   uint64_t total_pages;
-  uint64_t page_bytes; /* one page across all layers, K and V, scales included */
-  kvc_format_desc k_format;
-  kvc_format_desc v_format;
+  uint64_t page_bytes;          /* one page across all layers, K and V, scales included */
+  kvc_format_desc_1_0 k_format; /* frozen: kvc_store_table::format gives the whole description */
+  kvc_format_desc_1_0 v_format;
 } kvc_store_info;
 
 typedef struct kvc_store_stats {
@@ -290,6 +320,9 @@ typedef struct kvc_store_table {
   /* Writes min(capacity, length) scores; *count = the sequence's length. */
   int32_t (*scores)(void* store, uint64_t sequence, float* out, uint64_t capacity, uint64_t* count,
                     kvc_error* err);
+  /* ABI 1.3 (a 1.2 table ends before it; NULL is allowed): the tile layout of K (value 0) or V
+     (value 1), as much of it as out->struct_size holds. */
+  int32_t (*format)(void* store, uint32_t value, kvc_format_desc* out, kvc_error* err);
 } kvc_store_table;
 
 /* ---- attention ---------------------------------------------------------------------------- */
@@ -322,6 +355,27 @@ typedef struct kvc_attention_table {
 
 /* ---- backends ----------------------------------------------------------------------------- */
 
+/* ABI 1.3: a storage format's codec lent to a store: the quantizer component's table and an
+ * instance made by the host, both valid until the store is destroyed (this struct and `name`
+ * only during create_store_with: a store copies what it keeps). A store runs the formats it
+ * knows with its own kernels and any other through these encode and decode calls. The host owns
+ * a lent instance: its table's create and destroy are NULL and never called by a store. */
+typedef struct kvc_format_codec {
+  uint32_t struct_size;
+  uint32_t reserved;
+  const char* name; /* the format's component name, as in the spec */
+  const kvc_quantizer_table* table;
+  void* instance;
+} kvc_format_codec;
+
+typedef struct kvc_store_args {
+  uint32_t struct_size;
+  uint32_t reserved;
+  const char* spec_json;           /* see kvcache::StoreSpec */
+  const kvc_format_codec* k_codec; /* NULL: the store must know the K format itself */
+  const kvc_format_codec* v_codec;
+} kvc_store_args;
+
 typedef struct kvc_device_info {
   uint32_t struct_size;
   uint32_t index;
@@ -346,6 +400,10 @@ typedef struct kvc_backend_table {
      stores live in, measured now by copying `bytes` within it (reads and writes both counted);
      0 when that memory is the host's, which the caller measures itself. */
   int32_t (*memory_bandwidth)(void* instance, uint64_t bytes, double* gbps, kvc_error* err);
+  /* ABI 1.3 (a 1.2 table ends before it; NULL is allowed): create_store with the formats'
+     codecs. Without it the host calls create_store, which knows only the backend's own formats. */
+  int32_t (*create_store_with)(void* instance, const kvc_store_args* args,
+                               const kvc_store_table** table, void** store, kvc_error* err);
 } kvc_backend_table;
 
 #ifdef __cplusplus

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvcache/backend.hpp"
+#include "kvcache/capabilities.hpp"
 #include "kvcache/config.hpp"
 #include "kvcache/eviction.hpp"
 #include "kvcache/export.hpp"
@@ -22,13 +23,6 @@
 #include "kvcache/types.hpp"
 
 namespace kvcache {
-
-struct Capabilities {
-  std::vector<std::string> formats;
-  std::vector<std::uint32_t> head_dims;   // empty: any
-  std::vector<std::uint32_t> page_sizes;  // empty: any
-  std::string device_kind;                // empty: device-independent
-};
 
 struct ComponentInfo {
   ComponentKind kind = ComponentKind::backend;
@@ -92,6 +86,17 @@ class KVCACHE_API Registry {
   explicit Registry(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// The spec with the codec of each format that is not built in, made from its quantizer
+// component (Error with the nearest name when there is none): what a store needs to run such a
+// format, and what page_cost needs to size it.
+KVCACHE_API StoreSpec with_codecs(StoreSpec spec, const Registry& registry);
+
+// Why `backend` cannot run storage format `format` ("backend 'cuda' runs only its own formats
+// (fp32, ...), not 'nf4'"), or nullopt when it can: a backend runs the formats its capabilities
+// list and, when it declares foreign_formats, any other.
+KVCACHE_API std::optional<std::string> format_refusal(const ComponentInfo& backend,
+                                                      const std::string& format);
 
 // Checks the component names and options of a config against what is installed: unknown names
 // get the nearest installed one, options are validated by creating each component once.

@@ -23,7 +23,7 @@ enum class Code : std::int32_t {
 };
 
 // Stable lower-case name of a code, e.g. "out_of_memory"; "unknown" for values from a newer ABI.
-KVCACHE_API std::string_view code_name(Code code) noexcept;
+std::string_view code_name(Code code) noexcept;
 
 class KVCACHE_API Error : public std::runtime_error {
  public:

@@ -5,8 +5,6 @@
 #include <string_view>
 #include <vector>
 
-#include "kvcache/export.hpp"
-
 namespace kvcache {
 
 using SeqId = std::uint64_t;
@@ -49,6 +47,6 @@ std::vector<PositionRange> ranges_of(const Positions& ascending) {
 enum class ComponentKind : std::uint32_t { backend = 1, quantizer = 2, mask = 3, eviction = 4 };
 
 // "backend", "quantizer", "mask", "eviction"; "unknown" otherwise.
-KVCACHE_API std::string_view kind_name(ComponentKind kind) noexcept;
+std::string_view kind_name(ComponentKind kind) noexcept;
 
 }  // namespace kvcache

@@ -7,6 +7,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "kvcache/formats.hpp"
+
 namespace kvcache {
 namespace {
 
@@ -173,6 +175,10 @@ StoreSpec store_spec(const Config& config) {
   return spec;
 }
 
+StoreSpec store_spec(const Config& config, const Registry& registry) {
+  return with_codecs(store_spec(config), registry);
+}
+
 std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const Registry> registry) {
   auto impl = std::make_unique<Impl>();
   impl->registry = registry;
@@ -200,7 +206,13 @@ std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const R
       spdlog::warn("{}", drops->message);
     }
   }
-  const StoreSpec spec = store_spec(config);
+  // A format the chosen backend cannot run is refused before any memory is taken.
+  const ComponentInfo& chosen = *registry->find(ComponentKind::backend, impl->backend_name);
+  for (const auto& [key, choice] : {std::pair{"quantizer.k", &config.k_quantizer},
+                                    std::pair{"quantizer.v", &config.v_quantizer}})
+    if (const auto why = format_refusal(chosen, choice->name))
+      throw Error(Code::unsupported, std::string(key) + ": " + *why);
+  const StoreSpec spec = store_spec(config, *registry);
   impl->model = config.model;
   impl->page_size = config.cache.page_size;
   impl->backend = registry->create_backend(impl->backend_name);

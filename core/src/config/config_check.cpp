@@ -56,6 +56,16 @@ std::vector<Diagnostic> check_components(const Config& config, const Registry& r
   const bool same_choice = config.v_quantizer.name == config.k_quantizer.name &&
                            config.v_quantizer.options == config.k_quantizer.options;
   if (!same_choice) check_choice(config.v_quantizer, "quantizer.v", quantizer, out);
+  // The chosen backend (the first available one) must run both formats.
+  for (const std::string& name : config.backends) {
+    const ComponentInfo* info = registry.find(ComponentKind::backend, name);
+    if (info == nullptr || !info->available) continue;
+    for (const auto& [key, choice] : {std::pair{"quantizer.k", &config.k_quantizer},
+                                      std::pair{"quantizer.v", &config.v_quantizer}})
+      if (const auto why = format_refusal(*info, choice->name))
+        out.push_back({Diagnostic::Severity::error, choice->where, key, *why});
+    break;
+  }
   const bool quantizers_ok = out.empty() || out.back().severity != Diagnostic::Severity::error;
   check_choice(
       config.mask, "mask", [&](const auto&... a) { registry.create_mask(a...); }, out);

@@ -97,6 +97,9 @@ StorageFormat format_layout(const FormatSpec& spec, std::uint32_t head_dim,
       break;
     case FormatKind::kivi_k:
       break;  // below, once the page size is checked
+    case FormatKind::external:
+      throw Error(Code::invalid_argument,
+                  "an external format's layout is what its component describes");
     case FormatKind::int4_group:
       if (head_dim % spec.group != 0)
         throw Error(Code::invalid_argument, "int4-group: group " + std::to_string(spec.group) +
@@ -135,10 +138,8 @@ StorageFormat format_layout(const FormatSpec& spec, std::uint32_t head_dim,
 }
 
 std::uint64_t page_cost(const StoreSpec& spec) {
-  const StorageFormat k = format_layout(parse_format(spec.k_format, spec.k_options),
-                                        spec.model.head_dim, spec.page_size);
-  const StorageFormat v = format_layout(parse_format(spec.v_format, spec.v_options),
-                                        spec.model.head_dim, spec.page_size);
+  const StorageFormat k = store_format(spec, false).layout;
+  const StorageFormat v = store_format(spec, true).layout;
   return std::uint64_t{spec.model.layers} * spec.model.kv_heads * (k.tile_bytes + v.tile_bytes) +
          std::uint64_t{spec.page_size} * sizeof(Position);
 }

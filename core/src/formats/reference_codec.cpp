@@ -96,6 +96,8 @@ void encode(const FormatSpec& spec, std::span<const float> x, std::byte* codes, 
     }
     case FormatKind::kivi_k:
       throw Error(Code::invalid_argument, "kivi-k encodes whole groups of tokens (encode_group)");
+    case FormatKind::external:
+      throw Error(Code::invalid_argument, "an external format encodes with its own codec");
   }
 }
 
@@ -150,6 +152,8 @@ void decode(const FormatSpec& spec, const std::byte* codes, const std::byte* met
       }
       return;
     }
+    case FormatKind::external:
+      throw Error(Code::invalid_argument, "an external format decodes with its own codec");
   }
 }
 

@@ -35,8 +35,8 @@ std::uint32_t page_count(const StoreSpec& s) {
   return static_cast<std::uint32_t>(std::min<std::uint64_t>(pages, 0x7FFFFFFF));
 }
 
-std::uint32_t tokens_per_group(const std::string& format, const nlohmann::json& options) {
-  const FormatSpec f = parse_format(format, options);
+std::uint32_t tokens_per_group(const StoreSpec& spec, bool value) {
+  const FormatSpec f = store_format(spec, value).spec;
   return f.groups_tokens() ? f.group : 0;
 }
 
@@ -44,8 +44,8 @@ std::uint32_t tokens_per_group(const std::string& format, const nlohmann::json& 
 
 PageBook::PageBook(const StoreSpec& spec, PageMemory& memory)
     : spec_(validated(spec)),
-      k_group_(tokens_per_group(spec.k_format, spec.k_options)),
-      v_group_(tokens_per_group(spec.v_format, spec.v_options)),
+      k_group_(tokens_per_group(spec, false)),
+      v_group_(tokens_per_group(spec, true)),
       memory_(memory),
       pool_(page_count(spec_)),
       prefix_(pool_.total(), spec_.page_size),

@@ -8,15 +8,13 @@ namespace kvcache::paging {
 
 PagedStoreBase::PagedStoreBase(const StoreSpec& spec)
     : book_(spec, *this),
-      k_layout_(format_layout(parse_format(spec.k_format, spec.k_options), spec.model.head_dim,
-                              spec.page_size)),
-      v_layout_(format_layout(parse_format(spec.v_format, spec.v_options), spec.model.head_dim,
-                              spec.page_size)),
+      k_format_(store_format(spec, false, true)),
+      v_format_(store_format(spec, true, true)),
       page_bytes_(std::uint64_t{spec.model.layers} * spec.model.kv_heads *
-                  (k_layout_.tile_bytes + v_layout_.tile_bytes)) {}
+                  (k_format_.layout.tile_bytes + v_format_.layout.tile_bytes)) {}
 
 StoreInfo PagedStoreBase::info() const {
-  return {book_.page_size(), book_.total_pages(), page_bytes_, k_layout_, v_layout_};
+  return {book_.page_size(), book_.total_pages(), page_bytes_, k_format_.layout, v_format_.layout};
 }
 
 StoreStats PagedStoreBase::stats() const {

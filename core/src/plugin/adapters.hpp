@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kvcache/attention.hpp"
 #include "kvcache/backend.hpp"
@@ -31,10 +32,12 @@ std::unique_ptr<Backend> make_backend(std::shared_ptr<const PluginLibrary> libra
                                       const kvc_component& component,
                                       const std::string& options_json, const std::string& who);
 
-// Adapts a store that a backend created (the backend's library stays loaded while it lives).
+// Adapts a store that a backend created (the backend's library stays loaded while it lives);
+// `codecs` are the formats' codecs lent to it, kept until it is destroyed.
 std::unique_ptr<CacheStore> make_store(std::shared_ptr<const PluginLibrary> library,
                                        const kvc_store_table* table, void* store,
-                                       const std::string& who);
+                                       const std::string& who,
+                                       std::vector<std::shared_ptr<const Quantizer>> codecs);
 
 // The raw handle of a store made by `library`'s backend; Error(invalid_argument) otherwise.
 void* store_handle(CacheStore& store, const PluginLibrary& library);

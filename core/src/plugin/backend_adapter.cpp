@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstring>
 
+#include "kvcache/sdk/format_codec.hpp"
 #include "plugin/adapters.hpp"
 
 namespace kvcache::plugin {
@@ -29,28 +30,38 @@ class HostBackend final : public Backend {
     return result;
   }
 
+  // From ABI 1.3 on the formats' codecs go with the spec, so the store can run a format it has
+  // no kernels for; the store keeps them alive. An older backend gets the spec alone.
   std::unique_ptr<CacheStore> create_store(const StoreSpec& spec) override {
     const kvc_store_table* table = nullptr;
     void* store = nullptr;
     const std::string json = to_json(spec).dump();
-    instance_->call(&kvc_backend_table::create_store, json.c_str(), &table, &store);
-    check_made(table, store, "store");
-    return make_store(instance_->library(), table, store, instance_->who() + " store");
+    if (instance_->has(&kvc_backend_table::create_store_with)) {
+      const kvc_format_codec k =
+          spec.k_codec ? sdk::lend(spec.k_format, *spec.k_codec) : kvc_format_codec{};
+      const kvc_format_codec v =
+          spec.v_codec ? sdk::lend(spec.v_format, *spec.v_codec) : kvc_format_codec{};
+      const kvc_store_args args{sizeof(kvc_store_args), 0, json.c_str(),
+                                spec.k_codec ? &k : nullptr, spec.v_codec ? &v : nullptr};
+      instance_->call(&kvc_backend_table::create_store_with, &args, &table, &store);
+    } else {
+      instance_->call(&kvc_backend_table::create_store, json.c_str(), &table, &store);
+    }
+    check_made(table, store, "store", offsetof(kvc_store_table, format));
+    return make_store(instance_->library(), table, store, instance_->who() + " store",
+                      {spec.k_codec, spec.v_codec});
   }
 
   std::unique_ptr<Attention> create_attention() override {
     const kvc_attention_table* table = nullptr;
     void* attention = nullptr;
     instance_->call(&kvc_backend_table::create_attention, &table, &attention);
-    check_made(table, attention, "attention");
+    check_made(table, attention, "attention", sizeof(kvc_attention_table));
     return make_attention(instance_->library(), table, attention, instance_->who() + " attention");
   }
 
   std::optional<double> memory_bandwidth_gbps(std::uint64_t bytes) override {
-    const kvc_backend_table& t = instance_->table();
-    if (t.struct_size <
-            offsetof(kvc_backend_table, memory_bandwidth) + sizeof(t.memory_bandwidth) ||
-        t.memory_bandwidth == nullptr)
+    if (!instance_->has(&kvc_backend_table::memory_bandwidth))
       return std::nullopt;  // an ABI 1.0 backend
     double gbps = 0.0;
     instance_->call(&kvc_backend_table::memory_bandwidth, bytes, &gbps);
@@ -59,11 +70,12 @@ class HostBackend final : public Backend {
 
  private:
   // An object the backend made must come with a table this host can use (else it is freed).
+  // `least`: the table's size in ABI 1.0.
   template <class Table>
-  void check_made(const Table* table, void* object, const char* what) const {
+  void check_made(const Table* table, void* object, const char* what, std::size_t least) const {
     if (table == nullptr || object == nullptr)
       throw Error(Code::internal, instance_->who() + ": made no " + what);
-    if (table->struct_size < sizeof(Table)) {
+    if (table->struct_size < least) {
       table->destroy(object);
       throw Error(Code::internal,
                   instance_->who() + ": " + what + " table is too small for ABI 1.0");

@@ -90,10 +90,18 @@ class HostEviction final : public EvictionPolicy {
       sequences.push_back({s.id, s.tokens, s.pages, s.priority, 0, s.created_step, s.last_used_step,
                            s.next_position});
     Exchange exchange{state, {}};
-    const kvc_cache_state c{sizeof(kvc_cache_state), state.page_size,  state.step,
-                            state.total_pages,       state.free_pages, state.cached_pages,
-                            sequences.size(),        sequences.data(), &exchange,
-                            &Exchange::tokens};
+    const kvc_cache_state c{sizeof(kvc_cache_state),
+                            state.page_size,
+                            state.step,
+                            state.total_pages,
+                            state.free_pages,
+                            state.cached_pages,
+                            sequences.size(),
+                            sequences.data(),
+                            &exchange,
+                            &Exchange::tokens,
+                            sizeof(kvc_sequence_state),
+                            0};
     kvc_plan_builder builder{sizeof(kvc_plan_builder), &exchange, &Exchange::free_cached,
                              &Exchange::preempt, &Exchange::drop};
     call(&c, &builder);
@@ -102,13 +110,10 @@ class HostEviction final : public EvictionPolicy {
 
   // Not declared: an ABI 1.1 table, a null entry, or KVC_UNSUPPORTED.
   std::optional<bool> ask_drops_tokens() const {
-    const kvc_eviction_table& t = instance_->table();
-    if (t.struct_size < offsetof(kvc_eviction_table, drops_tokens) + sizeof(t.drops_tokens) ||
-        t.drops_tokens == nullptr)
-      return std::nullopt;
+    if (!instance_->has(&kvc_eviction_table::drops_tokens)) return std::nullopt;
     uint32_t drops = 0;
     kvc_error err{sizeof(kvc_error), KVC_OK, {}};
-    const int32_t rc = t.drops_tokens(instance_->handle(), &drops, &err);
+    const int32_t rc = instance_->table().drops_tokens(instance_->handle(), &drops, &err);
     if (rc == KVC_UNSUPPORTED) return std::nullopt;
     throw_if_failed(rc, err, instance_->who());
     return drops != 0;

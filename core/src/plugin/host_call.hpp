@@ -2,6 +2,7 @@
 // back into kvcache::Error with the component named.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -39,6 +40,15 @@ class PluginInstance {
   template <class Fn, class... Args>
   void call(Fn Table::*fn, Args&&... args) const {
     host_call(who_, [&](kvc_error* err) { return (table_->*fn)(handle_, args..., err); });
+  }
+  // Whether the table has `fn`: a table of an older minor ends before the fields added later,
+  // and an optional entry may be NULL.
+  template <class Fn>
+  bool has(Fn Table::*fn) const {
+    const auto* base = reinterpret_cast<const char*>(table_);
+    const auto* field = reinterpret_cast<const char*>(&(table_->*fn));
+    return table_->struct_size >= static_cast<std::size_t>(field - base) + sizeof(Fn) &&
+           table_->*fn != nullptr;
   }
   const Table& table() const { return *table_; }
   const std::shared_ptr<const PluginLibrary>& library() const { return library_; }

@@ -1,10 +1,12 @@
 #include "kvcache/registry.hpp"
 
 #include <algorithm>
+#include <cstddef>
 #include <string>
 
 #include <spdlog/spdlog.h>
 
+#include "kvcache/formats.hpp"
 #include "kvcache/nearest_name.hpp"
 #include "plugin/adapters.hpp"
 #include "plugin/discovery.hpp"
@@ -25,6 +27,14 @@ Capabilities capabilities_of(const kvc_component& c) {
   caps.head_dims.assign(k->head_dims, k->head_dims + k->n_head_dims);
   caps.page_sizes.assign(k->page_sizes, k->page_sizes + k->n_page_sizes);
   if (k->device_kind != nullptr) caps.device_kind = k->device_kind;
+  // ABI 1.3 fields, when the plugin's struct has them.
+  if (k->struct_size >= offsetof(kvc_capabilities, foreign_formats) + sizeof(k->foreign_formats))
+    caps.foreign_formats = k->foreign_formats != 0;
+  if (k->struct_size >= offsetof(kvc_capabilities, numerics_json) + sizeof(k->numerics_json) &&
+      k->numerics_json != nullptr) {
+    caps.numerics = nlohmann::json::parse(k->numerics_json, nullptr, false);
+    if (!caps.numerics.is_object()) caps.numerics = nlohmann::json::object();
+  }
   return caps;
 }
 
@@ -217,6 +227,30 @@ std::unique_ptr<EvictionPolicy> Registry::create_eviction(std::string_view name,
 std::unique_ptr<Backend> Registry::create_backend(std::string_view name,
                                                   const nlohmann::json& options) const {
   return impl_->create(ComponentKind::backend, name, options, plugin::make_backend);
+}
+
+StoreSpec with_codecs(StoreSpec spec, const Registry& registry) {
+  const std::vector<std::string>& built_in = format_names();
+  const auto codec = [&](const std::string& name,
+                         const nlohmann::json& options) -> std::shared_ptr<const Quantizer> {
+    if (std::find(built_in.begin(), built_in.end(), name) != built_in.end()) return nullptr;
+    if (registry.find(ComponentKind::quantizer, name) == nullptr)
+      throw Error(Code::not_found,
+                  "unknown storage format '" + name + "'" +
+                      did_you_mean(name, registry.names(ComponentKind::quantizer)));
+    return registry.create_quantizer(name, options);
+  };
+  spec.k_codec = codec(spec.k_format, spec.k_options);
+  spec.v_codec = spec.v_format == spec.k_format && spec.v_options == spec.k_options
+                     ? spec.k_codec
+                     : codec(spec.v_format, spec.v_options);
+  return spec;
+}
+
+std::optional<std::string> format_refusal(const ComponentInfo& backend, const std::string& format) {
+  if (backend.capabilities.runs(format)) return std::nullopt;
+  return "backend '" + backend.name + "' runs only its own formats (" +
+         name_list(backend.capabilities.formats) + "), not '" + format + "'";
 }
 
 }  // namespace kvcache

@@ -8,8 +8,9 @@ namespace {
 
 class HostStore final : public CacheStore {
  public:
-  explicit HostStore(std::unique_ptr<PluginInstance<kvc_store_table>> instance)
-      : s_(std::move(instance)) {}
+  HostStore(std::unique_ptr<PluginInstance<kvc_store_table>> instance,
+            std::vector<std::shared_ptr<const Quantizer>> codecs)
+      : codecs_(std::move(codecs)), s_(std::move(instance)) {}
 
   StoreInfo info() const override {
     kvc_store_info i{};
@@ -17,7 +18,16 @@ class HostStore final : public CacheStore {
     i.k_format.struct_size = sizeof(i.k_format);
     i.v_format.struct_size = sizeof(i.v_format);
     s_->call(&kvc_store_table::info, &i);
-    return {i.page_size, i.total_pages, i.page_bytes, from_c(i.k_format), from_c(i.v_format)};
+    StoreInfo out{i.page_size, i.total_pages, i.page_bytes, from_c(i.k_format), from_c(i.v_format)};
+    if (s_->has(&kvc_store_table::format)) {  // the whole description, from ABI 1.3 on
+      for (const bool value : {false, true}) {
+        kvc_format_desc d{};
+        d.struct_size = sizeof(d);
+        s_->call(&kvc_store_table::format, value ? 1u : 0u, &d);
+        (value ? out.v_format : out.k_format) = from_c(d);
+      }
+    }
+    return out;
   }
   StoreStats stats() const override {
     kvc_store_stats t{};
@@ -130,6 +140,7 @@ class HostStore final : public CacheStore {
   void same_size(std::size_t a, std::size_t b) const {
     if (a != b) throw Error(Code::invalid_argument, s_->who() + ": batch spans differ in size");
   }
+  std::vector<std::shared_ptr<const Quantizer>> codecs_;  // declared first: released last
   std::unique_ptr<PluginInstance<kvc_store_table>> s_;
 };
 
@@ -144,9 +155,11 @@ void* store_handle(CacheStore& store, const PluginLibrary& library) {
 
 std::unique_ptr<CacheStore> make_store(std::shared_ptr<const PluginLibrary> library,
                                        const kvc_store_table* table, void* store,
-                                       const std::string& who) {
+                                       const std::string& who,
+                                       std::vector<std::shared_ptr<const Quantizer>> codecs) {
   return std::make_unique<HostStore>(
-      std::make_unique<PluginInstance<kvc_store_table>>(std::move(library), table, store, who));
+      std::make_unique<PluginInstance<kvc_store_table>>(std::move(library), table, store, who),
+      std::move(codecs));
 }
 
 }  // namespace kvcache::plugin

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "kvcache/attention.hpp"
-#include "kvcache/export.hpp"
 #include "kvcache/paging/page_book.hpp"
 
 namespace kvcache::paging {
@@ -31,9 +30,9 @@ struct AttentionPlan {
 
 // Throws Error(invalid_argument) naming what is wrong: decode with query counts or prefill
 // without, a prefill with more queries than written slots, visible ranges that do not match the
-// queries (or of a query, more than max_ranges, or ranges that overlap or do not ascend), a layer out of range, missing q or out, or a q/out shape other than
-// [queries, q_heads, head_dim] (row-major; dtype and device are the backend's to check).
-KVCACHE_API AttentionPlan plan_attention(const PageBook& book, const AttentionRequest& request,
-                                         bool prefill);
+// queries (or of a query, more than max_ranges, or ranges that overlap or do not ascend), a layer
+// out of range, missing q or out, or a q/out shape other than [queries, q_heads, head_dim]
+// (row-major; dtype and device are the backend's to check).
+AttentionPlan plan_attention(const PageBook& book, const AttentionRequest& request, bool prefill);
 
 }  // namespace kvcache::paging

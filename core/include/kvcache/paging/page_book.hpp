@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "kvcache/cache_store.hpp"
-#include "kvcache/export.hpp"
 #include "kvcache/paging/page_pool.hpp"
 #include "kvcache/paging/prefix_index.hpp"
 
@@ -41,7 +40,7 @@ class PageMemory {
   virtual void move_slots(std::span<const SlotMove> moves) = 0;
 };
 
-class KVCACHE_API PageBook {
+class PageBook {
  public:
   struct Sequence {
     std::vector<PageId> pages;

@@ -5,13 +5,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "kvcache/export.hpp"
-
 namespace kvcache::paging {
 
 using PageId = std::uint32_t;
 
-class KVCACHE_API PagePool {
+class PagePool {
  public:
   explicit PagePool(std::uint32_t total);
 

@@ -7,12 +7,12 @@
 #include <shared_mutex>
 
 #include "kvcache/cache_store.hpp"
-#include "kvcache/export.hpp"
+#include "kvcache/formats.hpp"
 #include "kvcache/paging/page_book.hpp"
 
 namespace kvcache::paging {
 
-class KVCACHE_API PagedStoreBase : public CacheStore, protected PageMemory {
+class PagedStoreBase : public CacheStore, protected PageMemory {
  public:
   explicit PagedStoreBase(const StoreSpec& spec);
 
@@ -37,8 +37,10 @@ class KVCACHE_API PagedStoreBase : public CacheStore, protected PageMemory {
   const PageBook& book() const { return book_; }
   const StoreSpec& spec() const { return book_.spec(); }
   std::uint32_t page_size() const { return book_.page_size(); }
-  // The tile layouts of K and V, and the bytes of one page across layers, K and V.
-  const StorageFormat& layout(bool value) const { return value ? v_layout_ : k_layout_; }
+  // The formats of K and V (an external one with its codec), their tile layouts, and the bytes
+  // of one page across layers, K and V.
+  const StoreFormat& format(bool value) const { return value ? v_format_ : k_format_; }
+  const StorageFormat& layout(bool value) const { return format(value).layout; }
   std::uint64_t page_bytes() const { return page_bytes_; }
 
  protected:
@@ -46,7 +48,7 @@ class KVCACHE_API PagedStoreBase : public CacheStore, protected PageMemory {
   mutable std::shared_mutex mutex_;
 
  private:
-  StorageFormat k_layout_, v_layout_;
+  StoreFormat k_format_, v_format_;
   std::uint64_t page_bytes_ = 0;
 };
 

@@ -13,7 +13,7 @@
 
 namespace kvcache::paging {
 
-class KVCACHE_API PrefixIndex {
+class PrefixIndex {
  public:
   PrefixIndex(std::uint32_t total_pages, std::uint32_t page_size);
 

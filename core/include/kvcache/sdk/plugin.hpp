@@ -14,6 +14,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -26,12 +27,14 @@
 #include <vector>
 
 #include "kvcache/backend.hpp"
+#include "kvcache/capabilities.hpp"
 #include "kvcache/eviction.hpp"
 #include "kvcache/mask.hpp"
 #include "kvcache/plugin_abi.h"
 #include "kvcache/quantizer.hpp"
 #include "kvcache/sdk/attention_thunks.hpp"
 #include "kvcache/sdk/c_types.hpp"
+#include "kvcache/sdk/format_codec.hpp"
 #include "kvcache/sdk/guard.hpp"
 #include "kvcache/sdk/options.hpp"
 #include "kvcache/sdk/store_thunks.hpp"
@@ -44,12 +47,7 @@ struct Availability {
   std::string reason;  // why not, when !available
 };
 
-struct Capabilities {
-  std::vector<std::string> formats;
-  std::vector<std::uint32_t> head_dims;   // empty: any
-  std::vector<std::uint32_t> page_sizes;  // empty: any
-  std::string device_kind;                // "cpu", "cuda", "hip"; empty: device-independent
-};
+using kvcache::Capabilities;
 
 // One exported component; made by component<T>().
 struct ComponentSpec {
@@ -125,23 +123,12 @@ struct MaskThunks {
 
 template <class T>
 struct QuantizerThunks {
-  static int32_t describe(void* instance, uint32_t head_dim, uint32_t page_size,
-                          kvc_format_desc* out, kvc_error* err) noexcept {
-    return guard(err, [&] {
-      const kvc_format_desc c = to_c(self<T>(instance).describe(head_dim, page_size));
-      copy_out(c, out);
-    });
-  }
-  static int32_t encode(void* instance, const DLTensor* src, uint32_t first_slot,
-                        uint32_t page_size, void* tile, kvc_error* err) noexcept {
-    return guard(err, [&] { self<T>(instance).encode(*src, first_slot, page_size, tile); });
-  }
-  static int32_t decode(void* instance, const void* tile, uint32_t first_slot, uint32_t page_size,
-                        DLTensor* dst, kvc_error* err) noexcept {
-    return guard(err, [&] { self<T>(instance).decode(tile, first_slot, page_size, *dst); });
-  }
-  static constexpr kvc_quantizer_table table{
-      sizeof(kvc_quantizer_table), &create<T>, &destroy<T>, &describe, &encode, &decode};
+  static constexpr kvc_quantizer_table table{sizeof(kvc_quantizer_table),
+                                             &create<T>,
+                                             &destroy<T>,
+                                             &QuantizerCalls<T>::describe,
+                                             &QuantizerCalls<T>::encode,
+                                             &QuantizerCalls<T>::decode};
 };
 
 // ---- eviction ----
@@ -183,10 +170,23 @@ struct EvictionThunks {
   static int32_t decide(const kvc_cache_state* state, kvc_plan_builder* builder, kvc_error* err,
                         Decide&& policy_call) noexcept {
     return guard(err, [&] {
+      // Entries are sequence_size bytes apart (ABI 1.3); a 1.2 host's are the 1.2 struct, which
+      // is the whole of today's.
+      const bool sized = state->struct_size >=
+                         offsetof(kvc_cache_state, sequence_size) + sizeof(state->sequence_size);
+      constexpr std::size_t kSequence_1_2 =
+          offsetof(kvc_sequence_state, next_position) + sizeof(int64_t);
+      const std::size_t stride = sized ? state->sequence_size : kSequence_1_2;
+      if (stride < kSequence_1_2)
+        throw Error(Code::invalid_argument, "sequence entries of " + std::to_string(stride) +
+                                                " bytes are smaller than ABI 1.2's " +
+                                                std::to_string(kSequence_1_2));
       std::vector<SequenceState> sequences;
       sequences.reserve(state->n_sequences);
+      const auto* entries = reinterpret_cast<const std::byte*>(state->sequences);
       for (uint64_t i = 0; i < state->n_sequences; ++i) {
-        const kvc_sequence_state& s = state->sequences[i];
+        kvc_sequence_state s{};  // fields of a newer minor than the host's stay zero
+        std::memcpy(&s, entries + i * stride, std::min(stride, sizeof(s)));
         sequences.push_back({s.id, s.tokens, s.pages, s.priority, s.created_step, s.last_used_step,
                              s.next_position});
       }
@@ -250,14 +250,31 @@ struct BackendThunks {
       copy_out(c, out);
     });
   }
+  static void make_store(void* instance, const StoreSpec& spec, const kvc_store_table** table,
+                         void** store) {
+    std::unique_ptr<CacheStore> made = self<T>(instance).create_store(spec);
+    if (!made) throw Error(Code::internal, "create_store returned no store");
+    *table = &StoreThunks::table;
+    *store = made.release();
+  }
   static int32_t create_store(void* instance, const char* spec_json, const kvc_store_table** table,
                               void** store, kvc_error* err) noexcept {
     return guard(err, [&] {
-      const StoreSpec spec = store_spec_from_json(nlohmann::json::parse(spec_json));
-      std::unique_ptr<CacheStore> made = self<T>(instance).create_store(spec);
-      if (!made) throw Error(Code::internal, "create_store returned no store");
-      *table = &StoreThunks::table;
-      *store = made.release();
+      make_store(instance, store_spec_from_json(nlohmann::json::parse(spec_json)), table, store);
+    });
+  }
+  static int32_t create_store_with(void* instance, const kvc_store_args* args,
+                                   const kvc_store_table** table, void** store,
+                                   kvc_error* err) noexcept {
+    return guard(err, [&] {
+      if (args == nullptr ||
+          args->struct_size < offsetof(kvc_store_args, v_codec) + sizeof(args->v_codec) ||
+          args->spec_json == nullptr)
+        throw Error(Code::invalid_argument, "store arguments are incomplete");
+      StoreSpec spec = store_spec_from_json(nlohmann::json::parse(args->spec_json));
+      if (args->k_codec != nullptr) spec.k_codec = std::make_shared<LentQuantizer>(*args->k_codec);
+      if (args->v_codec != nullptr) spec.v_codec = std::make_shared<LentQuantizer>(*args->v_codec);
+      make_store(instance, spec, table, store);
     });
   }
   static int32_t create_attention(void* instance, const kvc_attention_table** table,
@@ -281,7 +298,8 @@ struct BackendThunks {
                                            &device_info,
                                            &create_store,
                                            &create_attention,
-                                           &memory_bandwidth};
+                                           &memory_bandwidth,
+                                           &create_store_with};
 };
 
 // The thunks and kind of a component class, by the interface it implements.
@@ -316,15 +334,18 @@ class PluginData {
       : name_(name), version_(version), specs_(std::move(specs)) {
     capabilities_.reserve(specs_.size());
     format_names_.reserve(specs_.size());
+    numerics_.reserve(specs_.size());
     for (const ComponentSpec& s : specs_) {
       std::vector<const char*>& formats = format_names_.emplace_back();
       for (const std::string& f : s.capabilities.formats) formats.push_back(f.c_str());
       const Capabilities& c = s.capabilities;
+      const std::string& numerics = numerics_.emplace_back(c.numerics.dump());
       capabilities_.push_back({sizeof(kvc_capabilities), static_cast<uint32_t>(formats.size()),
                                formats.data(), static_cast<uint32_t>(c.head_dims.size()),
                                c.head_dims.data(), static_cast<uint32_t>(c.page_sizes.size()),
                                c.page_sizes.data(),
-                               c.device_kind.empty() ? nullptr : c.device_kind.c_str()});
+                               c.device_kind.empty() ? nullptr : c.device_kind.c_str(),
+                               c.foreign_formats ? 1u : 0u, 0, numerics.c_str()});
       components_.push_back({sizeof(kvc_component), s.kind, s.name.c_str(), s.version.c_str(),
                              &capabilities_.back(), s.availability, s.table});
     }
@@ -345,6 +366,7 @@ class PluginData {
   std::string version_;
   std::vector<ComponentSpec> specs_;
   std::vector<std::vector<const char*>> format_names_;
+  std::vector<std::string> numerics_;
   std::vector<kvc_capabilities> capabilities_;
   std::vector<kvc_component> components_;
   kvc_plugin_descriptor descriptor_{};

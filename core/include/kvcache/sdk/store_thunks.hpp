@@ -21,9 +21,19 @@ struct StoreThunks {
   static int32_t info(void* s, kvc_store_info* out, kvc_error* err) noexcept {
     return guard(err, [&] {
       const StoreInfo i = store(s).info();
-      const kvc_store_info c{sizeof(kvc_store_info), i.page_size,      i.total_pages,
-                             i.page_bytes,           to_c(i.k_format), to_c(i.v_format)};
+      const kvc_store_info c{sizeof(kvc_store_info),
+                             i.page_size,
+                             i.total_pages,
+                             i.page_bytes,
+                             to_c<kvc_format_desc_1_0>(i.k_format),
+                             to_c<kvc_format_desc_1_0>(i.v_format)};
       copy_out(c, out);
+    });
+  }
+  static int32_t format(void* s, uint32_t value, kvc_format_desc* out, kvc_error* err) noexcept {
+    return guard(err, [&] {
+      const StoreInfo i = store(s).info();
+      copy_out(to_c(value != 0 ? i.v_format : i.k_format), out);
     });
   }
   static int32_t stats(void* s, kvc_store_stats* out, kvc_error* err) noexcept {
@@ -151,7 +161,8 @@ struct StoreThunks {
                                          &page_table,
                                          &gather,
                                          &read_tile,
-                                         &scores};
+                                         &scores,
+                                         &format};
 };
 
 }  // namespace kvcache::sdk::detail
