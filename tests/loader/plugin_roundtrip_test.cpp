@@ -170,6 +170,27 @@ TEST_F(PluginRoundTrip, BackendFromAnOlderMinorVersionStillWorks) {
   expect_error([&] { backend->create_store(StoreSpec{}); }, Code::unsupported, "makes no stores");
 }
 
+// A backend built against ABI 1.2: its stores come from create_store (the host lends no codecs
+// to a table without create_store_with), are described by the formats kvc_store_info embeds (its
+// store table has no format entry), and its capabilities read as running only its own formats.
+TEST_F(PluginRoundTrip, BackendFromABI12MakesStoresTheOldWay) {
+  const ComponentInfo* info = registry_->find(ComponentKind::backend, "test-abi-1-2");
+  ASSERT_NE(info, nullptr);
+  EXPECT_EQ(info->capabilities.formats, (std::vector<std::string>{"fp16", "int8-per-token"}));
+  EXPECT_FALSE(info->capabilities.foreign_formats);
+  EXPECT_TRUE(info->capabilities.numerics.empty());
+  EXPECT_THAT(format_refusal(*info, "nf4").value_or(""),
+              HasSubstr("runs only its own formats (fp16, int8-per-token)"));
+  const auto backend = registry_->create_backend("test-abi-1-2");
+  const auto store = backend->create_store(StoreSpec{});
+  const StoreInfo i = store->info();
+  EXPECT_EQ(i.page_size, 16u);
+  EXPECT_EQ(i.k_format.code_bits, 16u);
+  EXPECT_EQ(i.v_format.code_bits, 8u);
+  EXPECT_EQ(i.v_format.slot_meta_bytes, 4u);
+  EXPECT_EQ(i.v_format.granularity, Granularity::token_head);
+}
+
 // An eviction policy built against ABI 1.1 loads and plans; whether it drops tokens (1.2) reads
 // as not declared.
 TEST_F(PluginRoundTrip, EvictionFromAnOlderMinorVersionStillWorks) {

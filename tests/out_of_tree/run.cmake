@@ -1,6 +1,9 @@
 # cmake -DBUILD_DIR=<kvcache build> -DSOURCE_DIR=<this folder> -DWORK_DIR=<scratch> -P run.cmake
-# Installs kvcache into a scratch prefix, builds the third-party plugin against that install,
-# and checks that the installed tool finds both its own plugins and the third-party one.
+# Installs kvcache into a scratch prefix, builds the third-party plugins against that install,
+# checks that the installed tool finds both its own plugins and the third-party ones, and runs
+# the third-party storage format (nf4) end to end: the config check, the attention benchmark and
+# evaluate accept it on cpu-tbb, and the store and attention conformance suites pass with it on
+# cpu-tbb against its own codec.
 cmake_minimum_required(VERSION 3.25)
 file(REMOVE_RECURSE "${WORK_DIR}")
 function(run)
@@ -38,7 +41,7 @@ foreach(i RANGE ${last})
     message(FATAL_ERROR "causal should come from the installed plugin folder, not ${file}")
   endif()
 endforeach()
-foreach(expected recent-half causal sink-window)
+foreach(expected recent-half nf4 causal sink-window)
   if(NOT expected IN_LIST found)
     message(FATAL_ERROR "'${expected}' not listed by the installed tool:\n${output}")
   endif()
@@ -48,3 +51,36 @@ if(NOT rejected EQUAL 0)
   message(FATAL_ERROR "unexpected rejected plugins:\n${output}")
 endif()
 message(STATUS "installed kvcache lists: ${found}")
+
+# The storage format from outside, through the installed tool.
+file(WRITE "${WORK_DIR}/nf4.yaml"
+     "model: {layers: 2, q_heads: 8, kv_heads: 2, head_dim: 64}\n"
+     "backend: [cpu-tbb]\n"
+     "cache: {page_size: 16, capacity: 64MiB}\n"
+     "quantizer: {k: nf4, v: {name: nf4, group: 64}}\n")
+run("${prefix}/bin/kvcache" config check "${WORK_DIR}/nf4.yaml")
+if(NOT output MATCHES "name: nf4")
+  message(FATAL_ERROR "config check did not resolve the nf4 format:\n${output}")
+endif()
+run("${prefix}/bin/kvcache" bench attention --format nf4:group=64 --tokens 512 --json)
+string(JSON gbps GET "${output}" gbps)
+if(NOT gbps GREATER 0)
+  message(FATAL_ERROR "bench attention with nf4 read nothing:\n${output}")
+endif()
+# A K/V dump [2, tokens, kv_heads, head_dim] as .npy, for evaluate.
+find_package(Python3 REQUIRED COMPONENTS Interpreter)
+run("${Python3_EXECUTABLE}" "${SOURCE_DIR}/write_kv_npy.py" "${WORK_DIR}/kv.npy")
+run("${prefix}/bin/kvcache" evaluate --kv "${WORK_DIR}/kv.npy" --formats nf4,int4-group --json)
+if(NOT output MATCHES "\"nf4\"")
+  message(FATAL_ERROR "evaluate did not rank nf4:\n${output}")
+endif()
+# The conformance suites of the build tree, on cpu-tbb, with nf4 as an extra format.
+set(ENV{KVCACHE_TEST_FORMATS} nf4)
+foreach(suite store_conformance_test attention_conformance_test)
+  run("${BUILD_DIR}/bin/${suite}" "--gtest_filter=*cpu_tbb*nf4*")
+  if(NOT output MATCHES "PASSED  \\] [1-9][0-9]* tests" OR output MATCHES "FAILED")
+    message(FATAL_ERROR "${suite} with nf4:\n${output}")
+  endif()
+  string(REGEX MATCH "PASSED  \\] [0-9]+ tests" passed "${output}")
+  message(STATUS "${suite} on cpu-tbb with nf4: ${passed}")
+endforeach()
