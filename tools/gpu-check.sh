@@ -46,7 +46,7 @@ elif [[ ! -f "$build/CMakeCache.txt" ]]; then
 fi
 if [[ -z ${SKIP_BUILD:-} ]]; then
   ninja -C "$build" -j "$jobs" kvcache-tool kvcache-cuda kvcache-cpu-tbb kvcache-masks \
-    kvcache-reference store_conformance_test attention_conformance_test >/dev/null
+    kvcache-formats store_conformance_test attention_conformance_test >/dev/null
   echo "built"
 fi
 

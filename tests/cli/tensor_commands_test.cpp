@@ -73,7 +73,7 @@ TEST(TensorCommands, QuantizeInt8GivesTheSeedsCodesAndScales) {
   const std::vector<float> x = random_values(2 * 3 * 64, 1);
   write_npy(in, {2, 3, 64}, x);
   const auto [code, text] =
-      kvcache("quantize --scheme int8-per-token --in " + in.string() + " --out " + out.string());
+      kvcache("quantize --format int8-per-token --in " + in.string() + " --out " + out.string());
   ASSERT_EQ(code, 0) << text;
   const auto t = read_tensors(out);
   ASSERT_EQ(t.at("codes").dtype, "I8");
@@ -97,7 +97,7 @@ TEST(TensorCommands, QuantizeInt8GivesTheSeedsCodesAndScales) {
 TEST(TensorCommands, QuantizeInt4WritesZerosAndKiviWantsWholeGroups) {
   const fs::path in = scratch() / "y.npy", out = scratch() / "y_int4.safetensors";
   write_npy(in, {5, 64}, random_values(5 * 64, 2));
-  auto [code, text] = kvcache("quantize --scheme int4-group --group 32 --in " + in.string() +
+  auto [code, text] = kvcache("quantize --format int4-group --group 32 --in " + in.string() +
                               " --out " + out.string());
   ASSERT_EQ(code, 0) << text;
   const auto t = read_tensors(out);
@@ -105,13 +105,21 @@ TEST(TensorCommands, QuantizeInt4WritesZerosAndKiviWantsWholeGroups) {
   EXPECT_EQ(t.at("scales").shape, (std::vector<std::int64_t>{5, 2}));
   EXPECT_EQ(t.at("zeros").dtype, "F16");
   std::tie(code, text) =
-      kvcache("quantize --scheme kivi-k --group 4 --in " + in.string() + " --out " + out.string());
+      kvcache("quantize --format kivi-k --group 4 --in " + in.string() + " --out " + out.string());
   EXPECT_NE(code, 0);
   EXPECT_THAT(text, ::testing::HasSubstr("whole groups of 4 rows"));
   std::tie(code, text) =
-      kvcache("quantize --scheme int8-per-tokn --in " + in.string() + " --out " + out.string());
+      kvcache("quantize --format int8-per-tokn --in " + in.string() + " --out " + out.string());
   EXPECT_NE(code, 0);
   EXPECT_THAT(text, ::testing::HasSubstr("did you mean 'int8-per-token'"));
+  // --scheme, the old name, still works and says so.
+  std::tie(code, text) =
+      kvcache("quantize --scheme int4-group --in " + in.string() + " --out " + out.string());
+  EXPECT_EQ(code, 0) << text;
+  EXPECT_THAT(text, ::testing::HasSubstr("--scheme is deprecated; use --format"));
+  std::tie(code, text) = kvcache("quantize --in " + in.string() + " --out " + out.string());
+  EXPECT_NE(code, 0);
+  EXPECT_THAT(text, ::testing::HasSubstr("--format is required"));
 }
 
 TEST(TensorCommands, AttentionMatchesTheReferenceWithGqaAndAMask) {
@@ -201,11 +209,11 @@ TEST(TensorCommands, EvaluateRanksFormatsOnDumpedKv) {
 TEST(TensorCommands, BadInputsNameWhatWasExpected) {
   write_npy(scratch() / "f64.npy", {2, 4}, std::vector<float>(16, 1.0f), "<f8");
   write_npy(scratch() / "flat.npy", {8}, std::vector<float>(8, 1.0f));
-  auto [code, text] = kvcache("quantize --scheme fp16 --in " +
+  auto [code, text] = kvcache("quantize --format fp16 --in " +
                               (scratch() / "missing.npy").string() + " --out /tmp/x.safetensors");
   EXPECT_NE(code, 0);
   EXPECT_THAT(text, ::testing::HasSubstr("missing.npy"));
-  std::tie(code, text) = kvcache("quantize --scheme fp16 --in " + (scratch() / "f64.npy").string() +
+  std::tie(code, text) = kvcache("quantize --format fp16 --in " + (scratch() / "f64.npy").string() +
                                  " --out /tmp/x.safetensors");
   EXPECT_NE(code, 0);
   EXPECT_THAT(text, ::testing::HasSubstr("dtype '<f8' is not supported"));

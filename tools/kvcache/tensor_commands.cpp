@@ -31,7 +31,7 @@ Tensor bytes_tensor(const std::string& dtype, std::vector<std::int64_t> shape,
 }
 
 struct QuantizeFlags {
-  std::string scheme, in, out, backend = "cpu-tbb";
+  std::string format, scheme, in, out, backend = "cpu-tbb";  // scheme: --format's old name
   std::optional<std::uint32_t> group, bits;
 };
 
@@ -39,7 +39,7 @@ void run_quantize(const Globals& globals, const QuantizeFlags& f) {
   nlohmann::json options = nlohmann::json::object();
   if (f.group) options["group"] = *f.group;
   if (f.bits) options["bits"] = *f.bits;
-  const FormatSpec spec = parse_format(f.scheme, options);  // names the nearest scheme on a typo
+  const FormatSpec spec = parse_format(f.format, options);  // names the nearest format on a typo
   const Tensor input = only_tensor(read_tensors(f.in), f.in);
   if (input.shape.empty())
     throw Error(Code::invalid_argument, "'" + f.in + "' must have shape [..., head_dim]");
@@ -49,11 +49,11 @@ void run_quantize(const Globals& globals, const QuantizeFlags& f) {
   // One tile per chunk of rows; a format that groups tokens takes whole groups.
   const std::uint32_t page = spec.groups_tokens() ? spec.group : 256;
   if (spec.groups_tokens() && rows % page != 0)
-    throw Error(Code::invalid_argument, f.scheme + " quantizes whole groups of " +
+    throw Error(Code::invalid_argument, f.format + " quantizes whole groups of " +
                                             std::to_string(page) + " rows; '" + f.in + "' has " +
                                             std::to_string(rows));
   const auto registry = Registry::load(selected_config(globals).plugins);
-  const auto quantizer = registry->create_quantizer(f.scheme, options);
+  const auto quantizer = registry->create_quantizer(f.format, options);
   const StorageFormat layout = quantizer->describe(dim, page);
 
   std::vector<std::byte> codes, meta;
@@ -121,7 +121,7 @@ void run_quantize(const Globals& globals, const QuantizeFlags& f) {
       break;
   }
   write_safetensors(f.out, out);
-  std::cerr << fmt::format("{}: {} rows of {} quantized as {} -> {}\n", f.in, rows, dim, f.scheme,
+  std::cerr << fmt::format("{}: {} rows of {} quantized as {} -> {}\n", f.in, rows, dim, f.format,
                            f.out);
 }
 
@@ -205,12 +205,22 @@ void add_tensor_commands(CLI::App& app, const Globals& globals) {
   auto qf = std::make_shared<QuantizeFlags>();
   CLI::App* quantize = app.add_subcommand(
       "quantize", "Quantize [..., head_dim] floats; write codes, scales, zeros, dequantized");
-  quantize->add_option("--scheme", qf->scheme, "storage format, e.g. int8-per-token")->required();
+  CLI::Option* format =
+      quantize->add_option("--format", qf->format, "storage format, e.g. int8-per-token");
+  quantize->add_option("--scheme", qf->scheme, "the old name of --format (deprecated)")
+      ->excludes(format);
   quantize->add_option("--in", qf->in, "input .npy or .safetensors (one tensor)")->required();
   quantize->add_option("--out", qf->out, "output .safetensors")->required();
   quantize->add_option("--group", qf->group, "group size (int4-group: elements, kivi-k: tokens)");
   quantize->add_option("--bits", qf->bits, "kivi-k code bits (4 or 2)");
-  quantize->callback([&globals, qf] { run_quantize(globals, *qf); });
+  quantize->callback([&globals, qf] {
+    if (!qf->scheme.empty()) {
+      std::cerr << "kvcache: warning: --scheme is deprecated; use --format\n";
+      qf->format = qf->scheme;
+    }
+    if (qf->format.empty()) throw CLI::RequiredError("--format");
+    run_quantize(globals, *qf);
+  });
 
   auto af = std::make_shared<AttentionFlags>();
   CLI::App* attention = app.add_subcommand(
