@@ -11,6 +11,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
@@ -110,58 +111,56 @@ double format_tolerance(const FormatCase& format) {
   return 0.35;
 }
 
-// The CPU kernels cpu-tbb picks here: KVCACHE_CPU_ISA caps the family, KVCACHE_CPU_NO_VNNI and
-// KVCACHE_CPU_NO_VBMI take instructions away (ctest runs the cpu-tbb cases under each).
-struct CpuKernels {
-  bool avx2 = false, avx512 = false, vnni = false, vbmi = false;
+// What a backend declares of its arithmetic (its capabilities' numerics, docs/plugin-abi.md):
+// whether it rounds q for a format's keys (to `levels` steps a side per `block` elements, not
+// when scores are accumulated if so declared) and the weights of a format's values (to `levels`
+// steps of the largest weight, each off by at most `error` of a step, at these head dims). The
+// bounds below follow from these figures alone; nothing here knows a backend's kernels.
+const nlohmann::json& numerics_of(const std::string& backend) {
+  static const nlohmann::json none = nlohmann::json::object();
+  const ComponentInfo* info = registry().find(ComponentKind::backend, backend);
+  return info != nullptr ? info->capabilities.numerics : none;
+}
+bool lists(const nlohmann::json& rule, const char* key, const nlohmann::json& value) {
+  const nlohmann::json& list = rule.value(key, nlohmann::json::array());
+  return std::find(list.begin(), list.end(), value) != list.end();
+}
+struct QueryRounding {
+  std::size_t block = 64;
+  double levels = 127.0;  // steps on each side of 0
 };
-CpuKernels cpu_tbb_kernels() {
-  CpuKernels k;
-#if defined(__x86_64__) || defined(__i386__)
-  const auto set = [](const char* variable) {
-    const char* value = std::getenv(variable);
-    return value != nullptr && *value != '\0' && std::string_view(value) != "0";
-  };
-  const std::string_view cap = set("KVCACHE_CPU_ISA") ? std::getenv("KVCACHE_CPU_ISA") : "";
-  k.avx2 = cap != "portable" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
-  k.avx512 = k.avx2 && cap != "avx2" && __builtin_cpu_supports("avx512f") &&
-             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl");
-  k.vnni = k.avx512 && __builtin_cpu_supports("avx512vnni") && !set("KVCACHE_CPU_NO_VNNI");
-  k.vbmi = k.avx512 && __builtin_cpu_supports("avx512vbmi") && !set("KVCACHE_CPU_NO_VBMI");
-#endif
-  return k;
+std::optional<QueryRounding> rounds_query(const std::string& backend, const std::string& format,
+                                          bool scores) {
+  const nlohmann::json& n = numerics_of(backend);
+  if (!n.contains("query_rounding")) return std::nullopt;
+  const nlohmann::json& rule = n["query_rounding"];
+  if (!lists(rule, "formats", format) || (scores && rule.value("except_with_scores", false)))
+    return std::nullopt;
+  return QueryRounding{rule.value("block", std::size_t{64}),
+                       std::ldexp(1.0, rule.value("bits", 8) - 1) - 1.0};
+}
+struct WeightRounding {
+  double levels = 255.0;  // steps from 0 to the largest weight
+  double error = 0.52;    // the most a weight is off, in steps
+};
+std::optional<WeightRounding> rounds_weights(const std::string& backend, const std::string& format,
+                                             std::uint32_t dim) {
+  const nlohmann::json& n = numerics_of(backend);
+  if (!n.contains("value_weight_rounding")) return std::nullopt;
+  const nlohmann::json& rule = n["value_weight_rounding"];
+  if (!lists(rule, "formats", format) || !lists(rule, "head_dims", dim)) return std::nullopt;
+  return WeightRounding{rule.value("levels", 255.0), rule.value("error", 0.52)};
 }
 
-// Whether the backend rounds q to int8 for integer dot products: cpu-tbb does for int8 keys and
-// int4 keys of every group size (every shape here has such a kernel), unless scores are accumulated
-// (they keep the float logits), with its AVX-512 kernels where the CPU also has VNNI, and with its
-// AVX2 kernels always. It then computes attention for round_query(q) exactly.
-bool rounds_query(const std::string& backend, const std::string& format, bool scores) {
-  if (backend != "cpu-tbb" || (format != "int8-per-token" && format != "int4-group") || scores)
-    return false;
-  const CpuKernels k = cpu_tbb_kernels();
-  return k.avx512 ? k.vnni : k.avx2;
-}
-
-// Whether the backend rounds the weights of int4 values to bytes: cpu-tbb's AVX-512 int4 value
-// pass does (head_dim 64 or 128, with VNNI and VBMI; see its kLargestByteWeight).
-bool rounds_weights(const std::string& backend, const std::string& format, std::uint32_t dim) {
-  const CpuKernels k = cpu_tbb_kernels();
-  return backend == "cpu-tbb" && format == "int4-group" && (dim == 64 || dim == 128) && k.vnni &&
-         k.vbmi;
-}
-
-// The most byte weights can move an output element of a query head: each of the n visible rows'
-// weights is off by at most 0.52 of 1/255 of the largest weight times the largest step (see
-// cpu-tbb's kLargestByteWeight), against a code at most 8 from the middle of its range, so by
-// n x 4.16 / 255 x the largest softmax weight x the largest step among the visible rows' groups of
-// the head's KV head. A stored group spans 15 steps (its elements' codes run from 0 to 15). keys,
-// values: [rows][kv_heads][dim].
-double weight_rounding_bound(std::span<const float> q_head, std::span<const float> keys,
-                             std::span<const float> values, std::uint32_t kv_heads,
-                             std::uint32_t kv_head, std::uint32_t group,
+// The most rounded weights can move an output element of a query head: each of the n visible
+// rows' weights is off by at most `error` of 1/levels of the largest weight times the largest
+// step, against a code at most 8 from the middle of its range, so by n x 8 x error / levels x the
+// largest softmax weight x the largest step among the visible rows' groups of the head's KV head.
+// A stored group spans 15 steps (its elements' codes run from 0 to 15). keys, values:
+// [rows][kv_heads][dim].
+double weight_rounding_bound(const WeightRounding& rounding, std::span<const float> q_head,
+                             std::span<const float> keys, std::span<const float> values,
+                             std::uint32_t kv_heads, std::uint32_t kv_head, std::uint32_t group,
                              std::span<const std::size_t> visible, double scale) {
   const std::size_t dim = q_head.size();
   std::vector<double> logits;
@@ -181,7 +180,8 @@ double weight_rounding_bound(std::span<const float> q_head, std::span<const floa
   const double top = *std::max_element(logits.begin(), logits.end());
   double sum = 0.0;
   for (const double l : logits) sum += std::exp(l - top);
-  return static_cast<double>(visible.size()) * 4.16 / 255.0 / sum * top_step;
+  return static_cast<double>(visible.size()) * 8.0 * rounding.error / rounding.levels / sum *
+         top_step;
 }
 
 // The slots whose positions one of the ranges holds.
@@ -197,20 +197,19 @@ std::vector<std::size_t> visible_slots(std::span<const Position> positions,
   return slots;
 }
 
-constexpr std::size_t kQueryChunk = 64;
-
-// q as such a kernel uses it: per chunk of 64 elements of a head, rounded to steps of
-// max|q_chunk| / 127, as rne(q x 127 / max|q_chunk|), 0 where max|q_chunk| is subnormal (the
-// kernel rounds the scaled q, the same up to float rounding).
-std::vector<float> round_query(std::span<const float> q) {
+// q as such a kernel uses it: per block of a head's elements, rounded to steps of
+// max|q_block| / levels, as rne(q x levels / max|q_block|), 0 where max|q_block| is subnormal
+// (the kernel rounds the scaled q, the same up to float rounding).
+std::vector<float> round_query(const QueryRounding& rounding, std::span<const float> q) {
   std::vector<float> out(q.begin(), q.end());
-  for (std::size_t c = 0; c < out.size(); c += kQueryChunk) {
+  const auto levels = static_cast<float>(rounding.levels);
+  for (std::size_t c = 0; c < out.size(); c += rounding.block) {
     float top = 0.0f;
-    for (std::size_t i = c; i < c + kQueryChunk; ++i) top = std::max(top, std::fabs(out[i]));
-    for (std::size_t i = c; i < c + kQueryChunk; ++i)
+    for (std::size_t i = c; i < c + rounding.block; ++i) top = std::max(top, std::fabs(out[i]));
+    for (std::size_t i = c; i < c + rounding.block; ++i)
       out[i] = top < std::numeric_limits<float>::min()
                    ? 0.0f
-                   : top / 127.0f * std::nearbyint(out[i] * (127.0f / top));
+                   : top / levels * std::nearbyint(out[i] * (levels / top));
   }
   return out;
 }
@@ -218,19 +217,20 @@ std::vector<float> round_query(std::span<const float> q) {
 // The most round_query can move a query head's logits (natural units): each element is off by
 // at most half its chunk's step, so q.k by at most sum over chunks of step / 2 x sum |k_i|; the
 // worst key of the sequence bounds every visible one. keys: [n][kv_heads][dim].
-double query_rounding_bound(std::span<const float> q_head, std::span<const float> keys,
-                            std::uint32_t kv_heads, std::uint32_t kv_head, double scale) {
+double query_rounding_bound(const QueryRounding& rounding, std::span<const float> q_head,
+                            std::span<const float> keys, std::uint32_t kv_heads,
+                            std::uint32_t kv_head, double scale) {
   const std::size_t dim = q_head.size(), n = keys.size() / (kv_heads * dim);
   double worst = 0.0;
   for (std::size_t t = 0; t < n; ++t) {
     double error = 0.0;
-    for (std::size_t c = 0; c < dim; c += kQueryChunk) {
+    for (std::size_t c = 0; c < dim; c += rounding.block) {
       double top = 0.0, sum_k = 0.0;
-      for (std::size_t i = c; i < c + kQueryChunk; ++i) {
+      for (std::size_t i = c; i < c + rounding.block; ++i) {
         top = std::max(top, double{std::fabs(q_head[i])});
         sum_k += std::fabs(keys[(t * kv_heads + kv_head) * dim + i]);
       }
-      error += top / 127.0 / 2.0 * sum_k;
+      error += top / rounding.levels / 2.0 * sum_k;
     }
     worst = std::max(worst, error);
   }
@@ -373,25 +373,27 @@ class AttentionConformance : public ::testing::TestWithParam<AttentionCase> {
         // that rounds the weights may err by weight_rounding_bound more (times exp(2e), the most
         // rounding q raises the largest weight by), against either.
         std::vector<float> exact = want, slack(qh * dim_, 0.0f), weight_slack(qh * dim_, 0.0f);
-        const bool rounded_q = rounds_query(GetParam().backend, GetParam().format.name, scores);
+        const auto rounded_q = rounds_query(GetParam().backend, GetParam().format.name, scores);
         std::vector<float> mean_abs_v(qh * dim_);
         if (rounded_q) {
-          reference::attention(rs, round_query(qrow), k, v, positions[i], r, scale, exact);
+          reference::attention(rs, round_query(*rounded_q, qrow), k, v, positions[i], r, scale,
+                               exact);
           std::vector<float> abs_v(v.size());
           for (std::size_t e = 0; e < v.size(); ++e) abs_v[e] = std::fabs(v[e]);
           reference::attention(rs, qrow, k, abs_v, positions[i], r, scale, mean_abs_v);
         }
-        const bool rounded_weights =
+        const auto rounded_weights =
             rounds_weights(GetParam().backend, GetParam().format.name, dim_);
         const std::vector<std::size_t> visible =
             rounded_weights ? visible_slots(positions[i], r) : std::vector<std::size_t>{};
         for (std::uint32_t h = 0; h < qh; ++h) {
           const std::span<const float> q_head = qrow.subspan(h * dim_, dim_);
           const std::uint32_t kv_head = h / (qh / kvh);
-          const double e = rounded_q ? query_rounding_bound(q_head, k, kvh, kv_head, scale) : 0.0;
+          const double e =
+              rounded_q ? query_rounding_bound(*rounded_q, q_head, k, kvh, kv_head, scale) : 0.0;
           const double w = rounded_weights ? std::exp(2.0 * e) *
                                                  weight_rounding_bound(
-                                                     q_head, k, v, kvh, kv_head,
+                                                     *rounded_weights, q_head, k, v, kvh, kv_head,
                                                      GetParam().format.options.value("group", 32u),
                                                      visible, scale)
                                            : 0.0;
@@ -763,11 +765,12 @@ TEST(AttentionOutputs, QuantizedValuesUnderUniformAndPeakedWeights) {
         std::vector<std::size_t> all(n);
         std::iota(all.begin(), all.end(), std::size_t{0});
         for (std::uint32_t h = 0; h < 8; ++h) {
+          const auto rounding = rounds_weights(backend, v_format, 128);
           const double slack =
-              rounds_weights(backend, v_format, 128)
-                  ? weight_rounding_bound(std::span<const float>(q).subspan(h * 128, 128), stored_k,
-                                          stored_v, 2, h / 4, 32, all, 1.0 / std::sqrt(128.0))
-                  : 0.0;
+              rounding ? weight_rounding_bound(
+                             *rounding, std::span<const float>(q).subspan(h * 128, 128), stored_k,
+                             stored_v, 2, h / 4, 32, all, 1.0 / std::sqrt(128.0))
+                       : 0.0;
           for (std::size_t e = h * 128; e < (h + 1) * 128; ++e)
             ASSERT_NEAR(out[e], want[e], 1e-3 + 1e-3 * std::fabs(want[e]) + slack)
                 << backend << " " << v_format << " x" << sharpness << " element " << e;

@@ -36,7 +36,9 @@ nlohmann::json to_json(const Registry& registry, const SearchPlan& plan) {
          {{"formats", c.capabilities.formats},
           {"head_dims", c.capabilities.head_dims},
           {"page_sizes", c.capabilities.page_sizes},
-          {"device_kind", c.capabilities.device_kind}}},
+          {"device_kind", c.capabilities.device_kind},
+          {"foreign_formats", c.capabilities.foreign_formats},
+          {"numerics", c.capabilities.numerics}}},
         {"available", c.available},
         {"unavailable_reason", c.unavailable_reason},
         {"shadowed_by", c.shadowed_by},
@@ -74,6 +76,11 @@ void print_table(const Registry& registry, const SearchPlan& plan) {
                                caps.device_kind.empty() ? "any" : caps.device_kind,
                                list_or_any(caps.formats), list_or_any(caps.head_dims),
                                list_or_any(caps.page_sizes));
+    if (c.kind == ComponentKind::backend)
+      std::cout << fmt::format("  {:<10} {}; numerics {}\n", "",
+                               caps.foreign_formats ? "any other format through its own codec"
+                                                    : "no other format",
+                               caps.numerics.dump());
   }
   const auto& rejected = registry.rejected();
   std::cout << fmt::format("{} plugin files rejected\n", rejected.size());
