@@ -27,16 +27,21 @@ std::string cpu_model() {
 }  // namespace
 
 CpuBackend::CpuBackend(const sdk::Options& options) {
-  options.only({});
+  options.only({"threads"});
+  threads_ = options.get<std::uint32_t>("threads", 0);
+  if (threads_ != 0) limit_.emplace(tbb::global_control::max_allowed_parallelism, threads_);
 }
 
 std::vector<DeviceInfo> CpuBackend::devices() const {
   const auto pages = static_cast<std::uint64_t>(sysconf(_SC_PHYS_PAGES));
   const auto page_size = static_cast<std::uint64_t>(sysconf(_SC_PAGE_SIZE));
-  return {{0,
-           cpu_model() + " (" + std::to_string(std::thread::hardware_concurrency()) + " threads, " +
-               kernel_family() + " kernels)",
-           pages * page_size, true, ""}};
+  // The threads it may run on: its own limit when below the host's.
+  const unsigned all = std::thread::hardware_concurrency();
+  const unsigned threads = threads_ != 0 && (all == 0 || threads_ < all) ? threads_ : all;
+  return {
+      {0,
+       cpu_model() + " (" + std::to_string(threads) + " threads, " + kernel_family() + " kernels)",
+       pages * page_size, true, ""}};
 }
 
 std::unique_ptr<CacheStore> CpuBackend::create_store(const StoreSpec& spec) {

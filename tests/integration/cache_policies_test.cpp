@@ -96,7 +96,7 @@ TEST(CachePolicies, PriorityPreemptsTheLowestFirst) {
 TEST(CachePolicies, StreamingKeepsMemoryConstantAndAttentionExact) {
   Config config = default_config({});
   config.model = {1, 2, 1, 16};
-  config.backends = {"cpu-tbb"};
+  config.backends = {{.name = "cpu-tbb"}};
   config.cache = {16, 4ull << 20, false};
   config.k_quantizer = config.v_quantizer = {.name = "fp32"};
   config.mask = {.name = "sink-window", .options = {{"sinks", 4}, {"window", 1024}}};

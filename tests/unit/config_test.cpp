@@ -46,7 +46,12 @@ void expect_error(const Diagnostic& d, int line, int column, const std::string& 
 // Compares every value (not where it came from) that a config file can state.
 void expect_same_values(const Config& a, const Config& b) {
   EXPECT_EQ(a.model, b.model);
-  EXPECT_EQ(a.backends, b.backends);
+  ASSERT_EQ(a.backend_names(), b.backend_names());
+  for (std::size_t i = 0; i < a.backends.size(); ++i) {
+    EXPECT_EQ(a.backends[i].options, b.backends[i].options)
+        << a.backends[i].name << ": " << a.backends[i].options.dump() << " vs "
+        << b.backends[i].options.dump();
+  }
   EXPECT_EQ(a.cache.page_size, b.cache.page_size);
   EXPECT_EQ(a.cache.capacity_bytes, b.cache.capacity_bytes);
   EXPECT_EQ(a.cache.prefix_caching, b.cache.prefix_caching);
@@ -87,7 +92,8 @@ TEST(DefaultConfig, IsTheEmbeddedYaml) {
   const Config c = default_config(kNoEnv);
   EXPECT_EQ(c.origin, "<embedded default>");
   EXPECT_EQ(c.model, (ModelShape{32, 32, 8, 128}));
-  EXPECT_EQ(c.backends, (std::vector<std::string>{"cuda", "hip", "cpu-tbb"}));
+  EXPECT_EQ(c.backend_names(), (std::vector<std::string>{"cuda", "hip", "cpu-tbb"}));
+  for (const ComponentChoice& backend : c.backends) EXPECT_TRUE(backend.options.empty());
   EXPECT_EQ(c.backends_where.origin, "<embedded default>");
   EXPECT_EQ(c.cache.page_size, 16u);
   EXPECT_EQ(c.cache.capacity_bytes, 2 * kGiB);
@@ -111,7 +117,7 @@ TEST(Overlay, AFileStatesOnlyWhatDiffers) {
   EXPECT_EQ(c.cache.capacity_bytes, defaults.cache.capacity_bytes);
   EXPECT_EQ(c.cache.prefix_caching, defaults.cache.prefix_caching);
   EXPECT_EQ(c.model, defaults.model);
-  EXPECT_EQ(c.backends, defaults.backends);
+  EXPECT_EQ(c.backend_names(), defaults.backend_names());
   EXPECT_EQ(c.k_quantizer.name, "fp16");
   EXPECT_EQ(c.mask.name, "causal");
   EXPECT_EQ(c.eviction.name, "none");
@@ -128,12 +134,52 @@ TEST(Overlay, ModelKeysOverrideOneByOne) {
 
 TEST(Overlay, BackendAsListOrSingleName) {
   const Config list = parse_config("backend: [cpu-tbb, cuda]\n", "test.yaml", kNoEnv);
-  EXPECT_EQ(list.backends, (std::vector<std::string>{"cpu-tbb", "cuda"}));
+  EXPECT_EQ(list.backend_names(), (std::vector<std::string>{"cpu-tbb", "cuda"}));
   EXPECT_EQ(list.backends_where.line, 1);
   EXPECT_EQ(list.backends_where.column, 10);
+  ASSERT_EQ(list.backends.size(), 2u);
+  EXPECT_EQ(list.backends[1].where.column, 20);
+  for (const ComponentChoice& backend : list.backends) EXPECT_TRUE(backend.options.empty());
   const Config single = parse_config("\nbackend: cpu-tbb\n", "test.yaml", kNoEnv);
-  EXPECT_EQ(single.backends, (std::vector<std::string>{"cpu-tbb"}));
+  EXPECT_EQ(single.backend_names(), (std::vector<std::string>{"cpu-tbb"}));
   EXPECT_EQ(single.backends_where.line, 2);
+}
+
+// A list entry is a component like any other section: a name, or a mapping of name and options.
+TEST(Overlay, BackendEntriesTakeOptions) {
+  const Config c =
+      parse_config("backend: [{name: cpu-tbb, threads: 1}, cuda]\n", "test.yaml", kNoEnv);
+  EXPECT_EQ(c.backend_names(), (std::vector<std::string>{"cpu-tbb", "cuda"}));
+  ASSERT_EQ(c.backends.size(), 2u);
+  EXPECT_EQ(c.backends[0].options, (nlohmann::json{{"threads", 1}}));
+  EXPECT_TRUE(c.backends[0].options["threads"].is_number_integer());
+  EXPECT_EQ(c.backends[0].where.line, 1);
+  EXPECT_EQ(c.backends[0].where.column, 18);
+  ASSERT_EQ(c.backends[0].option_where.count("threads"), 1u);
+  EXPECT_EQ(c.backends[0].option_where.at("threads").origin, "test.yaml");
+  EXPECT_EQ(c.backends[0].option_where.at("threads").line, 1);
+  EXPECT_EQ(c.backends[0].option_where.at("threads").column, 36);
+  EXPECT_TRUE(c.backends[1].options.empty());
+  EXPECT_EQ(c.backends[1].where.column, 40);
+  // A lone mapping is a list of one.
+  const Config single = parse_config("backend:\n  name: cuda\n  device: 1\n", "test.yaml", kNoEnv);
+  ASSERT_EQ(single.backends.size(), 1u);
+  EXPECT_EQ(single.backends[0].name, "cuda");
+  EXPECT_EQ(single.backends[0].options, (nlohmann::json{{"device", 1}}));
+  EXPECT_EQ(single.backends[0].option_where.at("device").line, 3);
+}
+
+TEST(Errors, BackendEntryMustBeANameOrAMapping) {
+  const auto list = diagnostics_of("backend: [cpu-tbb, [cuda]]\n");
+  ASSERT_EQ(list.size(), 1u);
+  expect_error(list[0], 1, 20, "backend[1]",
+               "expected a name or a mapping with 'name' and options, got a list");
+  const auto unnamed = diagnostics_of("\nbackend: [cuda, {device: 1}]\n");
+  ASSERT_EQ(unnamed.size(), 1u);
+  expect_error(unnamed[0], 2, 17, "backend[1]", "missing key 'name'");
+  const auto empty = diagnostics_of("backend: []\n");
+  ASSERT_EQ(empty.size(), 1u);
+  expect_error(empty[0], 1, 10, "backend", "a non-empty list of them, got an empty list");
 }
 
 TEST(Overlay, CapacityAcceptsUnitsOrBytes) {
@@ -432,9 +478,15 @@ TEST(Environment, AppliesToTheDefaultToo) {
 
 TEST(Environment, BackendIsACommaSeparatedList) {
   const Config c = default_config({{"KVCACHE_BACKEND", "cpu-tbb, cuda"}});
-  EXPECT_EQ(c.backends, (std::vector<std::string>{"cpu-tbb", "cuda"}));
+  EXPECT_EQ(c.backend_names(), (std::vector<std::string>{"cpu-tbb", "cuda"}));
   EXPECT_EQ(c.backends_where.origin, "environment variable KVCACHE_BACKEND");
   EXPECT_EQ(c.backends_where.line, 0);
+  EXPECT_EQ(c.backends[1].where.origin, "environment variable KVCACHE_BACKEND");
+  // It replaces the file's list whole, options included, as KVCACHE_MASK replaces a mask.
+  const Config over = parse_config("backend: [{name: cpu-tbb, threads: 1}]\n", "test.yaml",
+                                   {{"KVCACHE_BACKEND", "cpu-tbb"}});
+  ASSERT_EQ(over.backends.size(), 1u);
+  EXPECT_TRUE(over.backends[0].options.empty());
 }
 
 TEST(Environment, PluginPathIsColonSeparatedAndSkipsEmptyEntries) {
@@ -478,7 +530,7 @@ TEST(Environment, UnknownVariableIsAWarning) {
                                    {"KVCACHE_CPU_NO_VBMI", "1"},
                                    {"KVCACHE_CPU_ISA", "avx2"},
                                    {"HOME", "/root"}});
-  EXPECT_EQ(c.backends, default_config(kNoEnv).backends);
+  EXPECT_EQ(c.backend_names(), default_config(kNoEnv).backend_names());
   ASSERT_EQ(c.warnings.size(), 2u);
   EXPECT_EQ(c.warnings[0].severity, Diagnostic::Severity::warning);
   EXPECT_EQ(c.warnings[0].where.origin, "environment variable KVCACHE_BACKENDS");
@@ -531,6 +583,22 @@ TEST(ToYaml, RoundTrips) {
   EXPECT_TRUE(again.mask.options["text"].is_string());
   EXPECT_TRUE(again.plugins.env_paths.empty());
   EXPECT_NE(yaml.find("capacity: 1500000000B"), std::string::npos);
+}
+
+// An entry with options is written as a mapping, one without as a bare name.
+TEST(ToYaml, BackendOptionsRoundTrip) {
+  const Config original = parse_config(
+      "backend: [{name: cpu-tbb, threads: 1}, cuda, {name: hip, device: 2, tag: '7'}]\n",
+      "original.yaml", kNoEnv);
+  const std::string yaml = to_yaml(original);
+  SCOPED_TRACE(yaml);
+  EXPECT_NE(yaml.find("backend: [{name: cpu-tbb, threads: 1}, cuda, {name: hip, device: 2, tag: "
+                      "\"7\"}]"),
+            std::string::npos);
+  const Config again = parse_config(yaml, "again.yaml", kNoEnv);
+  expect_same_values(original, again);
+  ASSERT_EQ(again.backends.size(), 3u);
+  EXPECT_TRUE(again.backends[2].options["tag"].is_string());
 }
 
 TEST(ToYaml, DefaultRoundTripsAndIsReadable) {

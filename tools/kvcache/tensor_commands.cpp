@@ -165,7 +165,7 @@ void run_attention(const Globals& globals, const AttentionFlags& f) {
                     std::to_string(kv_len) + ")");
 
   Config config = selected_config(globals);
-  if (f.backend) config.backends = {*f.backend};
+  if (f.backend) config.backends = {{.name = *f.backend}};
   config.model = {1, static_cast<std::uint32_t>(q_heads), static_cast<std::uint32_t>(kv_heads),
                   static_cast<std::uint32_t>(dim)};
   config.cache.page_size = f.page_size;

@@ -82,8 +82,16 @@ struct PluginSettings {
 struct Config {
   std::string origin;  // file path or "<embedded default>"
   ModelShape model;
-  std::vector<std::string> backends;  // preference list: first available wins
-  SourceLocation backends_where;
+  // Preference list: the first available backend wins and is created with its options. Each
+  // entry is a ComponentChoice like every other section's, so the code that checks and creates
+  // components treats backends alike; backend_names() serves code that wants the names only.
+  std::vector<ComponentChoice> backends;
+  SourceLocation backends_where;  // of the list as a whole
+  std::vector<std::string> backend_names() const {
+    std::vector<std::string> names;
+    for (const ComponentChoice& backend : backends) names.push_back(backend.name);
+    return names;
+  }
   CacheSettings cache;
   ComponentChoice k_quantizer;
   ComponentChoice v_quantizer;

@@ -183,16 +183,18 @@ std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const R
   auto impl = std::make_unique<Impl>();
   impl->registry = registry;
   std::string why;
-  for (const std::string& name : config.backends) {
-    const ComponentInfo* info = registry->find(ComponentKind::backend, name);
+  const ComponentChoice* backend = nullptr;  // the chosen entry, created with its options below
+  for (const ComponentChoice& entry : config.backends) {
+    const ComponentInfo* info = registry->find(ComponentKind::backend, entry.name);
     if (info != nullptr && info->available) {
-      impl->backend_name = name;
+      backend = &entry;
+      impl->backend_name = entry.name;
       break;
     }
-    why += (why.empty() ? "" : "; ") + name + ": " +
+    why += (why.empty() ? "" : "; ") + entry.name + ": " +
            (info == nullptr ? std::string("not installed") : info->unavailable_reason);
   }
-  if (impl->backend_name.empty())
+  if (backend == nullptr)
     throw Error(Code::unavailable,
                 "no backend of the preference list is available here (" + why + ")");
   if (!why.empty()) spdlog::info("backend {} chosen; before it: {}", impl->backend_name, why);
@@ -215,7 +217,7 @@ std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const R
   const StoreSpec spec = store_spec(config, *registry);
   impl->model = config.model;
   impl->page_size = config.cache.page_size;
-  impl->backend = registry->create_backend(impl->backend_name);
+  impl->backend = registry->create_backend(backend->name, backend->options);
   impl->store = impl->backend->create_store(spec);
   impl->attention = impl->backend->create_attention();
   impl->mask = registry->create_mask(config.mask.name, config.mask.options);

@@ -94,6 +94,7 @@ class Overlay {
   void cache_key(YamlReader& reader, const std::string& key, const Field& value);
   void plugins_key(YamlReader& reader, const std::string& key, const Field& value);
   void quantizer_key(YamlReader& reader, const std::string& key, const Field& value);
+  void backend_list(YamlReader& reader, const Field& value);
   static std::optional<PluginPath> plugin_path(YamlReader& reader, const Field& item);
   // True if `choice` was replaced.
   static bool component(YamlReader& reader, const Field& field, ComponentChoice& choice);
@@ -138,10 +139,7 @@ void Overlay::section(YamlReader& reader, const std::string& name, const Field& 
     reader.for_each_entry(value, {"layers", "q_heads", "kv_heads", "head_dim"},
                           visit(&Overlay::model_key));
   } else if (name == "backend") {
-    if (auto backends = reader.names(value, "backend name")) {
-      config_.backends = std::move(*backends);
-      config_.backends_where = value.where;
-    }
+    backend_list(reader, value);
   } else if (name == "cache") {
     reader.for_each_entry(value, {"page_size", "capacity", "prefix_caching"},
                           visit(&Overlay::cache_key));
@@ -238,6 +236,31 @@ void Overlay::plugins_key(YamlReader& reader, const std::string& key, const Fiel
   }
 }
 
+// The backend preference list: each entry is a component ("NAME" or {name: NAME, <options>}),
+// and a lone entry without a list is a list of one. The list replaces the previous one only when
+// every entry reads, so a bad entry leaves no half-read list behind.
+void Overlay::backend_list(YamlReader& reader, const Field& value) {
+  std::vector<Field> entries;
+  if (value.node.IsScalar() || value.node.IsMap()) {
+    entries.push_back(value);
+  } else if (value.node.IsSequence() && value.node.size() > 0) {
+    entries = *reader.items(value, "a list");
+  } else {
+    reader.error(value,
+                 "expected a backend name, a mapping with 'name' and options, or a non-empty list "
+                 "of them, got " +
+                     detail::describe(value.node));
+    return;
+  }
+  std::vector<ComponentChoice> backends(entries.size());
+  bool ok = true;
+  for (std::size_t i = 0; i < entries.size(); ++i)
+    ok = component(reader, entries[i], backends[i]) && ok;
+  if (!ok) return;
+  config_.backends = std::move(backends);
+  config_.backends_where = value.where;
+}
+
 // A path entry is "PATH" or {path: PATH, required: BOOL}.
 std::optional<PluginPath> Overlay::plugin_path(YamlReader& reader, const Field& item) {
   if (item.node.IsScalar()) {
@@ -318,10 +341,12 @@ void Overlay::apply_environment(const Environment& env) {
         std::find(kCpuVariables.begin(), kCpuVariables.end(), variable) != kCpuVariables.end())
       continue;
     const SourceLocation where{"environment variable " + variable, 0, 0};
+    // Names only, without options, as for the other component variables.
     if (variable == kBackendVariable) {
-      std::vector<std::string> backends;
+      std::vector<ComponentChoice> backends;
       for (const std::string& part : split(value, ',')) {
-        if (std::string name = trim(part); !name.empty()) backends.push_back(std::move(name));
+        if (std::string name = trim(part); !name.empty())
+          backends.push_back({.name = std::move(name), .where = where});
       }
       if (backends.empty()) {
         reader.error(where, "backend",
@@ -538,7 +563,9 @@ std::string to_yaml(const Config& config) {
   out << YAML::Key << "kv_heads" << YAML::Value << config.model.kv_heads;
   out << YAML::Key << "head_dim" << YAML::Value << config.model.head_dim;
   out << YAML::EndMap;
-  out << YAML::Key << "backend" << YAML::Value << YAML::Flow << config.backends;
+  out << YAML::Key << "backend" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+  for (const ComponentChoice& backend : config.backends) emit_component(out, backend);
+  out << YAML::EndSeq;
   out << YAML::Key << "cache" << YAML::Value << YAML::Flow << YAML::BeginMap;
   out << YAML::Key << "page_size" << YAML::Value << config.cache.page_size;
   out << YAML::Key << "capacity" << YAML::Value << format_size(config.cache.capacity_bytes);

@@ -1,3 +1,5 @@
+#include <algorithm>
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <utility>
@@ -32,14 +34,19 @@ std::vector<Diagnostic> check_components(const Config& config, const Registry& r
   std::vector<Diagnostic> out;
   const std::vector<std::string> backends = registry.names(ComponentKind::backend);
   bool any_available = false;
-  for (const std::string& name : config.backends) {
-    const ComponentInfo* info = registry.find(ComponentKind::backend, name);
+  // Every available backend of the list has its options checked, not only the one chosen here:
+  // the same file may run on a host where an earlier one is unavailable. An unavailable backend
+  // cannot be created, so its options wait until a host where it runs.
+  for (const ComponentChoice& backend : config.backends) {
+    const ComponentInfo* info = registry.find(ComponentKind::backend, backend.name);
     if (info == nullptr) {
-      out.push_back(
-          {Diagnostic::Severity::warning, config.backends_where, "backend",
-           "backend '" + name + "' is not installed here" + did_you_mean(name, backends)});
+      out.push_back({Diagnostic::Severity::warning, backend.where, "backend",
+                     "backend '" + backend.name + "' is not installed here" +
+                         did_you_mean(backend.name, backends)});
     } else if (info->available) {
       any_available = true;
+      check_choice(
+          backend, "backend", [&](const auto&... a) { registry.create_backend(a...); }, out);
     }
   }
   if (!any_available)
@@ -48,6 +55,7 @@ std::vector<Diagnostic> check_components(const Config& config, const Registry& r
                    "cannot be opened here"});
   // A quantizer must also fit this model's head_dim and page size (e.g. a kivi-k group must
   // divide the page): its plugin says so when asked for the tile layout.
+  const std::size_t before_quantizers = out.size();
   const auto quantizer = [&](const std::string& name, const nlohmann::json& options) {
     registry.create_quantizer(name, options)
         ->describe(config.model.head_dim, config.cache.page_size);
@@ -57,8 +65,8 @@ std::vector<Diagnostic> check_components(const Config& config, const Registry& r
                            config.v_quantizer.options == config.k_quantizer.options;
   if (!same_choice) check_choice(config.v_quantizer, "quantizer.v", quantizer, out);
   // The chosen backend (the first available one) must run both formats.
-  for (const std::string& name : config.backends) {
-    const ComponentInfo* info = registry.find(ComponentKind::backend, name);
+  for (const ComponentChoice& backend : config.backends) {
+    const ComponentInfo* info = registry.find(ComponentKind::backend, backend.name);
     if (info == nullptr || !info->available) continue;
     for (const auto& [key, choice] : {std::pair{"quantizer.k", &config.k_quantizer},
                                       std::pair{"quantizer.v", &config.v_quantizer}})
@@ -66,7 +74,10 @@ std::vector<Diagnostic> check_components(const Config& config, const Registry& r
         out.push_back({Diagnostic::Severity::error, choice->where, key, *why});
     break;
   }
-  const bool quantizers_ok = out.empty() || out.back().severity != Diagnostic::Severity::error;
+  // Only the quantizers' own errors count here, not a backend's from above.
+  const bool quantizers_ok =
+      std::none_of(out.begin() + static_cast<std::ptrdiff_t>(before_quantizers), out.end(),
+                   [](const Diagnostic& d) { return d.severity == Diagnostic::Severity::error; });
   check_choice(
       config.mask, "mask", [&](const auto&... a) { registry.create_mask(a...); }, out);
   if (config.eviction.name == "none") {

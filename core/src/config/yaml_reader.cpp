@@ -179,30 +179,6 @@ std::optional<std::uint64_t> YamlReader::size(const Field& field) {
   }
 }
 
-std::optional<std::vector<std::string>> YamlReader::names(const Field& field,
-                                                          std::string_view noun) {
-  const std::string one = "a " + std::string(noun);
-  if (field.node.IsScalar()) {
-    auto name = text(field, one);
-    if (!name) return std::nullopt;
-    return std::vector<std::string>{std::move(*name)};
-  }
-  if (!field.node.IsSequence() || field.node.size() == 0) {
-    error(field, "expected " + one + " or a non-empty list of " + std::string(noun) + "s, got " +
-                     describe(field.node));
-    return std::nullopt;
-  }
-  std::vector<std::string> result;
-  bool ok = true;
-  for (const Field& item : elements(field)) {
-    auto name = text(item, one);
-    ok = ok && name.has_value();
-    if (name) result.push_back(std::move(*name));
-  }
-  if (!ok) return std::nullopt;
-  return result;
-}
-
 std::optional<nlohmann::json> YamlReader::json(const Field& field) {
   const YAML::Node& node = field.node;
   if (node.IsScalar()) {

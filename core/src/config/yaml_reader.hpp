@@ -58,8 +58,6 @@ class YamlReader {
   std::optional<std::string> text(const Field& field, std::string_view what);
   // A size as parse_size reads it: "2GiB", "512 MiB", or an integer of bytes.
   std::optional<std::uint64_t> size(const Field& field);
-  // One name, or a non-empty list of them; `noun` names one ("backend name").
-  std::optional<std::vector<std::string>> names(const Field& field, std::string_view noun);
   // Any value as JSON (scalars by scalar_to_json unless quoted; lists and mappings nested).
   std::optional<nlohmann::json> json(const Field& field);
 
