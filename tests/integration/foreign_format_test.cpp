@@ -39,7 +39,7 @@ Config config_with(const std::string& backend, const std::string& k, const std::
           backend +
           "]\n"
           "cache: {page_size: 16, capacity: 4MiB}\n"
-          "quantizer: {k: " +
+          "format: {k: " +
           k + ", v: " + v + "}\n",
       "test.yaml", {});
 }
@@ -116,14 +116,14 @@ TEST(ForeignFormat, BackendThatRunsOnlyItsOwnFormatsRefusesItByName) {
     FAIL() << "gpu-emulated opened a cache with nf4 values";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), Code::unsupported);
-    EXPECT_THAT(e.what(), AllOf(HasSubstr("quantizer.v"), HasSubstr("gpu-emulated"),
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("format.v"), HasSubstr("gpu-emulated"),
                                 HasSubstr("int8-per-token"), HasSubstr("'nf4'")));
   }
   bool refused = false;
   for (const Diagnostic& d : check_components(config, *registry())) {
     if (d.severity != Diagnostic::Severity::error) continue;
     refused = true;
-    EXPECT_EQ(d.key, "quantizer.v");
+    EXPECT_EQ(d.key, "format.v");
     EXPECT_EQ(d.where.line, 4) << to_string(d);  // the line that names the format
     EXPECT_THAT(d.message, AllOf(HasSubstr("gpu-emulated"), HasSubstr("nf4")));
   }

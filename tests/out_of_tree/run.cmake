@@ -57,7 +57,7 @@ file(WRITE "${WORK_DIR}/nf4.yaml"
      "model: {layers: 2, q_heads: 8, kv_heads: 2, head_dim: 64}\n"
      "backend: [cpu-tbb]\n"
      "cache: {page_size: 16, capacity: 64MiB}\n"
-     "quantizer: {k: nf4, v: {name: nf4, group: 64}}\n")
+     "format: {k: nf4, v: {name: nf4, group: 64}}\n")
 run("${prefix}/bin/kvcache" config check "${WORK_DIR}/nf4.yaml")
 if(NOT output MATCHES "name: nf4")
   message(FATAL_ERROR "config check did not resolve the nf4 format:\n${output}")

@@ -249,6 +249,20 @@ TEST(Components, QuantizerNameSetsBoth) {
   EXPECT_EQ(c.v_quantizer.where.column, 12);
 }
 
+// `format` is the section's name; `quantizer`, its old one, still reads the same, but not both.
+TEST(Components, FormatIsTheSectionAndQuantizerItsOldName) {
+  const Config c = parse_config("format: {k: int8-per-token, v: int4-group}\n", "t", kNoEnv);
+  EXPECT_EQ(c.k_quantizer.name, "int8-per-token");
+  EXPECT_EQ(c.v_quantizer.name, "int4-group");
+  EXPECT_EQ(c.v_quantizer.where.column, 32);
+  const auto twice = diagnostics_of("format: fp16\nquantizer: int8-per-token\n");
+  ASSERT_EQ(twice.size(), 1u);
+  expect_error(twice[0], 2, 12, "quantizer", "'quantizer' is the old name of 'format'");
+  const Config from_env = parse_config("", "t", {{"KVCACHE_FORMAT_V", "int4-group"}});
+  EXPECT_EQ(from_env.v_quantizer.name, "int4-group");
+  EXPECT_EQ(from_env.k_quantizer.name, "fp16");
+}
+
 TEST(Components, QuantizerMappingSetsWhatItNames) {
   const Config both = parse_config(
       "quantizer: {k: int8-per-token, v: {name: int4-group, group: 64}}\n", "t", kNoEnv);

@@ -210,8 +210,8 @@ std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const R
   }
   // A format the chosen backend cannot run is refused before any memory is taken.
   const ComponentInfo& chosen = *registry->find(ComponentKind::backend, impl->backend_name);
-  for (const auto& [key, choice] : {std::pair{"quantizer.k", &config.k_quantizer},
-                                    std::pair{"quantizer.v", &config.v_quantizer}})
+  for (const auto& [key, choice] : {std::pair{"format.k", &config.k_quantizer},
+                                    std::pair{"format.v", &config.v_quantizer}})
     if (const auto why = format_refusal(chosen, choice->name))
       throw Error(Code::unsupported, std::string(key) + ": " + *why);
   const StoreSpec spec = store_spec(config, *registry);

@@ -44,7 +44,7 @@ struct EnvKey {
   std::string_view section;
   std::string_view key;
 };
-constexpr std::array<EnvKey, 11> kEnvKeys = {{
+constexpr std::array<EnvKey, 13> kEnvKeys = {{
     {"KVCACHE_MODEL_LAYERS", "model", "layers"},
     {"KVCACHE_MODEL_Q_HEADS", "model", "q_heads"},
     {"KVCACHE_MODEL_KV_HEADS", "model", "kv_heads"},
@@ -52,8 +52,10 @@ constexpr std::array<EnvKey, 11> kEnvKeys = {{
     {"KVCACHE_CACHE_PAGE_SIZE", "cache", "page_size"},
     {"KVCACHE_CACHE_CAPACITY", "cache", "capacity"},
     {"KVCACHE_CACHE_PREFIX_CACHING", "cache", "prefix_caching"},
-    {"KVCACHE_QUANTIZER_K", "quantizer", "k"},
-    {"KVCACHE_QUANTIZER_V", "quantizer", "v"},
+    {"KVCACHE_FORMAT_K", "format", "k"},
+    {"KVCACHE_FORMAT_V", "format", "v"},
+    {"KVCACHE_QUANTIZER_K", "format", "k"},  // the section's old name
+    {"KVCACHE_QUANTIZER_V", "format", "v"},
     {"KVCACHE_MASK", "mask", ""},
     {"KVCACHE_EVICTION", "eviction", ""},
 }};
@@ -94,6 +96,7 @@ class Overlay {
   void cache_key(YamlReader& reader, const std::string& key, const Field& value);
   void plugins_key(YamlReader& reader, const std::string& key, const Field& value);
   void quantizer_key(YamlReader& reader, const std::string& key, const Field& value);
+  bool formats_given_ = false;  // one of format and quantizer, once
   void backend_list(YamlReader& reader, const Field& value);
   static std::optional<PluginPath> plugin_path(YamlReader& reader, const Field& item);
   // True if `choice` was replaced.
@@ -123,9 +126,10 @@ void Overlay::apply_yaml(std::string_view text, const std::string& origin) {
   }
   // An empty file states no differences from the default.
   if (documents.empty() || documents.front().IsNull()) return;
+  formats_given_ = false;  // per document: each may restate what the one before it said
   reader.for_each_entry(
       reader.root(documents.front()),
-      {"model", "backend", "cache", "quantizer", "mask", "eviction", "plugins"},
+      {"model", "backend", "cache", "format", "quantizer", "mask", "eviction", "plugins"},
       [&](const std::string& name, const Field& value) { section(reader, name, value); });
 }
 
@@ -143,7 +147,11 @@ void Overlay::section(YamlReader& reader, const std::string& name, const Field& 
   } else if (name == "cache") {
     reader.for_each_entry(value, {"page_size", "capacity", "prefix_caching"},
                           visit(&Overlay::cache_key));
-  } else if (name == "quantizer") {
+  } else if (name == "format" || name == "quantizer") {  // quantizer: the section's old name
+    if (std::exchange(formats_given_, true)) {
+      reader.error(value, "give the formats once: 'quantizer' is the old name of 'format'");
+      return;
+    }
     // A plain name sets both; a mapping sets the ones it names.
     if (value.node.IsScalar()) {
       if (component(reader, value, config_.k_quantizer)) config_.v_quantizer = config_.k_quantizer;
@@ -386,7 +394,7 @@ void Overlay::apply_environment(const Environment& env) {
     const Field field{YAML::Node(value), where, key.empty() ? section : section + "." + key};
     if (section == "model") model_key(reader, key, field);
     if (section == "cache") cache_key(reader, key, field);
-    if (section == "quantizer") quantizer_key(reader, key, field);
+    if (section == "format") quantizer_key(reader, key, field);
     if (section == "mask") component(reader, field, config_.mask);
     if (section == "eviction") component(reader, field, config_.eviction);
   }
@@ -571,7 +579,7 @@ std::string to_yaml(const Config& config) {
   out << YAML::Key << "capacity" << YAML::Value << format_size(config.cache.capacity_bytes);
   out << YAML::Key << "prefix_caching" << YAML::Value << config.cache.prefix_caching;
   out << YAML::EndMap;
-  out << YAML::Key << "quantizer" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  out << YAML::Key << "format" << YAML::Value << YAML::Flow << YAML::BeginMap;
   out << YAML::Key << "k" << YAML::Value;
   emit_component(out, config.k_quantizer);
   out << YAML::Key << "v" << YAML::Value;

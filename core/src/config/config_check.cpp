@@ -60,16 +60,16 @@ std::vector<Diagnostic> check_components(const Config& config, const Registry& r
     registry.create_quantizer(name, options)
         ->describe(config.model.head_dim, config.cache.page_size);
   };
-  check_choice(config.k_quantizer, "quantizer.k", quantizer, out);
+  check_choice(config.k_quantizer, "format.k", quantizer, out);
   const bool same_choice = config.v_quantizer.name == config.k_quantizer.name &&
                            config.v_quantizer.options == config.k_quantizer.options;
-  if (!same_choice) check_choice(config.v_quantizer, "quantizer.v", quantizer, out);
+  if (!same_choice) check_choice(config.v_quantizer, "format.v", quantizer, out);
   // The chosen backend (the first available one) must run both formats.
   for (const ComponentChoice& backend : config.backends) {
     const ComponentInfo* info = registry.find(ComponentKind::backend, backend.name);
     if (info == nullptr || !info->available) continue;
-    for (const auto& [key, choice] : {std::pair{"quantizer.k", &config.k_quantizer},
-                                      std::pair{"quantizer.v", &config.v_quantizer}})
+    for (const auto& [key, choice] : {std::pair{"format.k", &config.k_quantizer},
+                                      std::pair{"format.v", &config.v_quantizer}})
       if (const auto why = format_refusal(*info, choice->name))
         out.push_back({Diagnostic::Severity::error, choice->where, key, *why});
     break;
@@ -108,8 +108,8 @@ std::optional<Diagnostic> token_drop_check(const Config& config, const Registry&
                                            const EvictionPolicy& policy) {
   const std::optional<bool> drops = policy.drops_tokens();
   if (drops == false) return std::nullopt;
-  for (const auto& [key, choice] : {std::pair{"quantizer.k", &config.k_quantizer},
-                                    std::pair{"quantizer.v", &config.v_quantizer}}) {
+  for (const auto& [key, choice] : {std::pair{"format.k", &config.k_quantizer},
+                                    std::pair{"format.v", &config.v_quantizer}}) {
     const StorageFormat f = registry.create_quantizer(choice->name, choice->options)
                                 ->describe(config.model.head_dim, config.cache.page_size);
     if (f.granularity != Granularity::channel) continue;
