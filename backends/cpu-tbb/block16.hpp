@@ -122,35 +122,35 @@ void each_block(const Block16* blocks, std::uint32_t count) {
 // 128), or null; defined in each family's key_passes.cpp and value_passes.cpp. The AVX2 family
 // has integer passes with and without AVX-VNNI.
 namespace avx512 {
-Pass16 key_pass(std::uint32_t group, std::uint32_t dim, Rows keys);
-ValuePass value_pass(std::uint32_t group, std::uint32_t dim, Rows values);
+Pass16 key_pass(std::uint32_t group, std::uint32_t dim, RowFormat keys);
+ValuePass value_pass(std::uint32_t group, std::uint32_t dim, RowFormat values);
 }  // namespace avx512
 namespace avx2 {
-Pass16 key_pass(std::uint32_t group, std::uint32_t dim, Rows keys, bool vnni);
-ValuePass value_pass(std::uint32_t group, std::uint32_t dim, Rows values, bool vnni);
+Pass16 key_pass(std::uint32_t group, std::uint32_t dim, RowFormat keys, bool vnni);
+ValuePass value_pass(std::uint32_t group, std::uint32_t dim, RowFormat values, bool vnni);
 }  // namespace avx2
 
 // The pass for rows of `kind` and head dimension D: floats.template operator()<R>() for the kinds
 // read as floats, `int8`, or int4.template operator()<S>() for int4 in groups of S elements (null
 // where S passes D).
 template <int D, class Pass, class Floats, class Int4>
-Pass for_kind(Rows kind, Floats floats, Pass int8, Int4 int4) {
+Pass for_kind(RowFormat kind, Floats floats, Pass int8, Int4 int4) {
   switch (kind) {
-    case Rows::float32:
-      return floats.template operator()<Rows::float32>();
-    case Rows::float16:
-      return floats.template operator()<Rows::float16>();
-    case Rows::bfloat16:
-      return floats.template operator()<Rows::bfloat16>();
-    case Rows::fp8:
-      return floats.template operator()<Rows::fp8>();
-    case Rows::int8:
+    case RowFormat::float32:
+      return floats.template operator()<RowFormat::float32>();
+    case RowFormat::float16:
+      return floats.template operator()<RowFormat::float16>();
+    case RowFormat::bfloat16:
+      return floats.template operator()<RowFormat::bfloat16>();
+    case RowFormat::fp8:
+      return floats.template operator()<RowFormat::fp8>();
+    case RowFormat::int8:
       return int8;
-    case Rows::int4_g32:
+    case RowFormat::int4_g32:
       return int4.template operator()<32>();
-    case Rows::int4_g64:
+    case RowFormat::int4_g64:
       return int4.template operator()<64>();
-    case Rows::int4_g128:
+    case RowFormat::int4_g128:
       if constexpr (D >= 128) return int4.template operator()<128>();
       return nullptr;
   }

@@ -40,8 +40,8 @@ constexpr std::uint64_t kParallelWork = 1024;
 // calls ran faster with 16 KB than with 8 (32768 tokens x 8 sequences: 6-13%, 32768 x 1: 2-11%,
 // 4096 x 8: 2-4%, 4096 x 1: the same), where fp16 and bf16 ran no faster and int4 2-3% slower
 // (and from 24 KB on, fp16 2-9% slower).
-constexpr std::size_t prefetch_bytes(Rows kind) {
-  return kind == Rows::int8 ? 16384 : 8192;
+constexpr std::size_t prefetch_bytes(RowFormat kind) {
+  return kind == RowFormat::int8 ? 16384 : 8192;
 }
 
 // One unit of work: some key slots of `width` consecutive queries (a tile, see query_tiles.hpp)
@@ -174,23 +174,24 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   const auto stored_kind = [](const SlotCodec& codec) {
     switch (codec.spec().kind) {
       case FormatKind::fp16:
-        return Rows::float16;
+        return RowFormat::float16;
       case FormatKind::bf16:
-        return Rows::bfloat16;
+        return RowFormat::bfloat16;
       case FormatKind::fp8_e4m3:
-        return Rows::fp8;
+        return RowFormat::fp8;
       case FormatKind::int8_per_token:
-        return Rows::int8;
+        return RowFormat::int8;
       case FormatKind::int4_group:
         return int4_rows(codec.spec().group);
       default:
-        return Rows::float32;
+        return RowFormat::float32;
     }
   };
   // Kernels per tile width (1, 2, 4, ...: index log2 of it).
   std::pmr::vector<BlockAttention> attend(&arena);
   for (std::uint32_t width = 1; width <= max_width; width *= 2)
-    attend.emplace_back(group * width, dim, r.accumulate_scores ? Rows::float32 : stored_kind(kc),
+    attend.emplace_back(group * width, dim,
+                        r.accumulate_scores ? RowFormat::float32 : stored_kind(kc),
                         stored_kind(vc));
   std::pmr::vector<QuantizedQuery> q8(&arena);  // per (query, KV head), for int8 and int4 keys
   if (integer_rows(attend[0].keys())) {
@@ -209,8 +210,8 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   // Walks the key blocks of an item (at most one page each): rows read in place are passed as
   // they are stored (with their next tile to prefetch), the others decoded into k and v; values
   // only when asked for.
-  const auto for_each_block = [&](const Item& item, float* k, float* v, Rows keys, Rows values,
-                                  bool with_values, auto&& body) {
+  const auto for_each_block = [&](const Item& item, float* k, float* v, RowFormat keys,
+                                  RowFormat values, bool with_values, auto&& body) {
     const std::size_t seq = query_sequence[item.query];
     const auto& view = views[seq];
     // This head's K and V tiles: a page's at base + page x bytes (the store's members are read
@@ -232,21 +233,21 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
         for (const bool value : {false, true}) {
           if (value && !with_values) continue;
           const SlotCodec& codec = value ? vc : kc;
-          const Rows kind = value ? values : keys;
+          const RowFormat kind = value ? values : keys;
           const std::byte* tile = tiles[value] + std::size_t{p} * tile_bytes[value];
           const std::byte* ahead =
               ahead_index * page < s.end
                   ? tiles[value] + std::size_t{view.pages[ahead_index]} * tile_bytes[value]
                   : nullptr;
           const auto first = static_cast<std::uint32_t>(b - index * page);
-          if (kind != Rows::float32) {
+          if (kind != RowFormat::float32) {
             blocks[value] = {kind, tile + slot_code_offset(codec.layout(), first),
                              tile + slot_meta_offset(codec.spec(), codec.layout(), dim, first),
                              ahead, tile_bytes[value]};
             continue;
           }
           float* rows = value ? v : k;
-          blocks[value] = {Rows::float32, rows};
+          blocks[value] = {RowFormat::float32, rows};
           // Slots of a token group still being filled wait in the residual, not in the page.
           const std::uint64_t complete =
               codec.spec().groups_tokens() ? view.written / codec.spec().group * codec.spec().group
@@ -270,7 +271,7 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   // of a block (for the widest tile), where the float path needs them, and for an output row.
   const bool float_rows =
       r.accumulate_scores || std::any_of(attend.begin(), attend.end(), [](const auto& a) {
-        return a.keys() == Rows::float32 || a.values() == Rows::float32;
+        return a.keys() == RowFormat::float32 || a.values() == RowFormat::float32;
       });
   const auto for_each_item = [&](auto&& body) {
     const auto run_range = [&](const tbb::blocked_range<std::size_t>& range) {
@@ -376,7 +377,7 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
       if (integer_rows(kernels.keys())) qq = &tile_q8.emplace(kernels.quantize(qg));
     }
     PendingValues pending;
-    if (kernels.keys() != Rows::float32 && kernels.values() != Rows::float32) {
+    if (kernels.keys() != RowFormat::float32 && kernels.values() != RowFormat::float32) {
       // Both sides read in place: the kernels walk the pages themselves.
       const auto& view = views[query_sequence[item.query]];
       BlockAttention::PageRun run{store->head_tiles(r.layer, item.kv_head, false),
@@ -416,7 +417,7 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
     const SoftmaxState& final_state = *finals[pair];
     const float* qg = q + pair * group * dim;
     for_each_block(
-        item, k, v, Rows::float32, Rows::float32, false,
+        item, k, v, RowFormat::float32, RowFormat::float32, false,
         [&](const RowBlock&, const RowBlock&, std::uint64_t first, std::uint32_t n) {
           block_logits(qg, group, dim, k, n, logits);
           float* scores = views[query_sequence[item.query]].scores;

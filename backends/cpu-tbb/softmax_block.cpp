@@ -97,7 +97,7 @@ KVCACHE_KERNELS_END
 // kinds, and int8 and int4 where the CPU also has VNNI; with AVX2, every kind.
 template <bool Value>
 std::conditional_t<Value, ValuePass, Pass16> pass_for(VectorIsa isa, std::uint32_t group,
-                                                      std::uint32_t dim, Rows kind) {
+                                                      std::uint32_t dim, RowFormat kind) {
   switch (isa) {
     case VectorIsa::avx512:
       if (integer_rows(kind) && !has_vnni()) return nullptr;
@@ -116,25 +116,25 @@ std::conditional_t<Value, ValuePass, Pass16> pass_for(VectorIsa isa, std::uint32
   return nullptr;
 }
 
-std::size_t row_bytes(Rows kind, std::uint32_t dim) {
+std::size_t row_bytes(RowFormat kind, std::uint32_t dim) {
   switch (kind) {
-    case Rows::float32:
+    case RowFormat::float32:
       return dim * 4;
-    case Rows::float16:
-    case Rows::bfloat16:
+    case RowFormat::float16:
+    case RowFormat::bfloat16:
       return dim * 2;
-    case Rows::fp8:
-    case Rows::int8:
+    case RowFormat::fp8:
+    case RowFormat::int8:
       return dim;
-    case Rows::int4_g32:
-    case Rows::int4_g64:
-    case Rows::int4_g128:
+    case RowFormat::int4_g32:
+    case RowFormat::int4_g64:
+    case RowFormat::int4_g128:
       return dim / 2;
   }
   return 0;
 }
-std::size_t meta_bytes(Rows kind, std::uint32_t dim) {
-  if (kind == Rows::int8 || kind == Rows::fp8) return 4;
+std::size_t meta_bytes(RowFormat kind, std::uint32_t dim) {
+  if (kind == RowFormat::int8 || kind == RowFormat::fp8) return 4;
   return int4_group(kind) != 0 ? dim / int4_group(kind) * 4 : 0;
 }
 
@@ -269,8 +269,9 @@ QuantizedQuery BlockAttention::quantize(const float* q, std::pmr::memory_resourc
   QuantizedQuery out(isa_, group, dim, int4_group(keys_) != 0, memory);
   if (isa_ == VectorIsa::avx512) {
     // Parts are [group][dim / 32] in both; int8 keys' sums carry their offset's 128.
-    quantize_avx512(q, group, dim, keys_ != Rows::int8, keys_ == Rows::int8 ? 128.0f : 1.0f,
-                    out.codes.data(), out.part_steps.data(), out.part_sums.data());
+    quantize_avx512(q, group, dim, keys_ != RowFormat::int8,
+                    keys_ == RowFormat::int8 ? 128.0f : 1.0f, out.codes.data(),
+                    out.part_steps.data(), out.part_sums.data());
     return out;
   }
 
@@ -292,7 +293,7 @@ QuantizedQuery BlockAttention::quantize(const float* q, std::pmr::memory_resourc
     std::int16_t* wide = out.wide_codes.data() + std::size_t{h} * dim;
     for (std::uint32_t e = 0; e < dim; ++e) {
       const std::uint32_t at =
-          keys_ == Rows::int8 ? e : e / 32 * 32 + e % 2 * 16 + e % 32 / 2;  // see keys16_int
+          keys_ == RowFormat::int8 ? e : e / 32 * 32 + e % 2 * 16 + e % 32 / 2;  // see keys16_int
       wide[at] = codes[e];
     }
     // Lanes i of the pair arrays are head i / (8 / group)'s.
@@ -336,25 +337,25 @@ void block_logits(const float* q, std::uint32_t group, std::uint32_t dim, const 
     }
 }
 
-BlockAttention::BlockAttention(std::uint32_t group, std::uint32_t dim, Rows stored_keys,
-                               Rows stored_values)
+BlockAttention::BlockAttention(std::uint32_t group, std::uint32_t dim, RowFormat stored_keys,
+                               RowFormat stored_values)
     : group_(group), dim_(dim), isa_(vector_isa()) {
   // Each side read in place where a pass can, else decoded to float32; the portable path where
   // the shape or the CPU has no passes at all.
-  const auto choose = [&]<bool Value>(Rows stored, Rows& kind, auto& pass) {
+  const auto choose = [&]<bool Value>(RowFormat stored, RowFormat& kind, auto& pass) {
     kind = stored;
     pass = pass_for<Value>(isa_, group, dim, stored);
-    if (pass == nullptr) pass = pass_for<Value>(isa_, group, dim, kind = Rows::float32);
+    if (pass == nullptr) pass = pass_for<Value>(isa_, group, dim, kind = RowFormat::float32);
   };
   choose.template operator()<false>(stored_keys, keys_, key_pass_);
   choose.template operator()<true>(stored_values, values_, value_pass_);
   if (key_pass_ == nullptr || value_pass_ == nullptr) {
-    keys_ = values_ = Rows::float32;
+    keys_ = values_ = RowFormat::float32;
     key_pass_ = nullptr;
     value_pass_ = nullptr;
   }
   // The AVX-512 int8 and int4 value passes take spans (see kSpanBlocks and kLargestCode).
-  if (isa_ == VectorIsa::avx512 && values_ == Rows::int8) span_ = kInt8SpanBlocks;
+  if (isa_ == VectorIsa::avx512 && values_ == RowFormat::int8) span_ = kInt8SpanBlocks;
   if (isa_ == VectorIsa::avx512 && int4_group(values_) != 0) span_ = kSpanBlocks;
   key_bytes_ = row_bytes(keys_, dim);
   key_meta_ = meta_bytes(keys_, dim);

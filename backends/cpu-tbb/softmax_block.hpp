@@ -80,27 +80,27 @@ void block_logits(const float* q, std::uint32_t group, std::uint32_t dim, const 
 // How key or value rows reach BlockAttention: float32 rows, or stored rows read in place (fp16 or
 // bf16 codes; int8 or fp8 E4M3 codes with one float scale per row; int4 codes, two per byte, with
 // an fp16 scale and minimum per group of 32, 64 or 128 elements).
-enum class Rows { float32, float16, bfloat16, fp8, int8, int4_g32, int4_g64, int4_g128 };
+enum class RowFormat { float32, float16, bfloat16, fp8, int8, int4_g32, int4_g64, int4_g128 };
 // The elements per scale group of int4 rows, 0 for the other kinds.
-constexpr std::uint32_t int4_group(Rows kind) {
-  return kind == Rows::int4_g32    ? 32
-         : kind == Rows::int4_g64  ? 64
-         : kind == Rows::int4_g128 ? 128
-                                   : 0;
+constexpr std::uint32_t int4_group(RowFormat kind) {
+  return kind == RowFormat::int4_g32    ? 32
+         : kind == RowFormat::int4_g64  ? 64
+         : kind == RowFormat::int4_g128 ? 128
+                                        : 0;
 }
 // The kind of int4 rows in groups of `group` elements (32, 64 or 128; float32 for others: decoded).
-constexpr Rows int4_rows(std::uint32_t group) {
-  return group == 32    ? Rows::int4_g32
-         : group == 64  ? Rows::int4_g64
-         : group == 128 ? Rows::int4_g128
-                        : Rows::float32;
+constexpr RowFormat int4_rows(std::uint32_t group) {
+  return group == 32    ? RowFormat::int4_g32
+         : group == 64  ? RowFormat::int4_g64
+         : group == 128 ? RowFormat::int4_g128
+                        : RowFormat::float32;
 }
 // The kinds read by integer dot products (keys against a quantized query).
-constexpr bool integer_rows(Rows kind) {
-  return kind == Rows::int8 || int4_group(kind) != 0;
+constexpr bool integer_rows(RowFormat kind) {
+  return kind == RowFormat::int8 || int4_group(kind) != 0;
 }
 struct RowBlock {
-  Rows kind = Rows::float32;
+  RowFormat kind = RowFormat::float32;
   const void* rows = nullptr;  // [n][dim]
   const void* meta = nullptr;  // int8 and int4: [n] rows of scales (and minima)
   // The next tile of these rows, asked for into cache a little at a time during the block.
@@ -162,9 +162,10 @@ using ValuePass = void (*)(const Block16* blocks, std::uint32_t count);
 // it wants the rows: the stored kind, or float32 rows decoded first.
 class BlockAttention {
  public:
-  BlockAttention(std::uint32_t group, std::uint32_t dim, Rows stored_keys, Rows stored_values);
-  Rows keys() const { return keys_; }
-  Rows values() const { return values_; }
+  BlockAttention(std::uint32_t group, std::uint32_t dim, RowFormat stored_keys,
+                 RowFormat stored_values);
+  RowFormat keys() const { return keys_; }
+  RowFormat values() const { return values_; }
   // q ([group][dim] floats) quantized for the kernels of int8 and int4 keys, into `memory` (as
   // SoftmaxState's).
   QuantizedQuery quantize(
@@ -204,7 +205,7 @@ class BlockAttention {
 
   std::uint32_t group_, dim_;
   VectorIsa isa_;
-  Rows keys_, values_;
+  RowFormat keys_, values_;
   Pass16 key_pass_ = nullptr;  // null: the portable path
   ValuePass value_pass_ = nullptr;
   std::uint32_t span_ = 1;  // blocks per value pass

@@ -28,11 +28,11 @@
 namespace {
 
 using namespace kvcache;
-using cpu::Rows;
+using cpu::RowFormat;
 
 struct Format {
   const char* name;  // as `kvcache bench attention --format` names it
-  Rows rows;
+  RowFormat rows;
   FormatSpec spec;
 };
 
@@ -42,7 +42,7 @@ struct RowData {
   std::vector<std::uint8_t> codes, meta;
   // The rows from `first` on (of `tokens`), with the 16 codes rows from `next` on (if there are
   // any) to ask for into cache meanwhile, as a paged call asks for the tiles ahead.
-  cpu::RowBlock block(Rows kind, std::uint32_t first, std::uint32_t next,
+  cpu::RowBlock block(RowFormat kind, std::uint32_t first, std::uint32_t next,
                       std::uint32_t tokens) const {
     const std::size_t row = codes.size() / tokens, row_meta = meta.size() / tokens;
     const auto* ahead = reinterpret_cast<const std::byte*>(codes.data());
@@ -59,15 +59,15 @@ RowData random_rows(const Format& f, std::uint32_t dim, std::uint32_t n, std::mt
   std::uniform_int_distribution<int> byte(0, 255);
   auto* halves = reinterpret_cast<std::uint16_t*>(r.codes.data());
   switch (f.rows) {
-    case Rows::float16:
+    case RowFormat::float16:
       for (std::size_t i = 0; i < r.codes.size() / 2; ++i) halves[i] = fp16_from_float(normal(rng));
       break;
-    case Rows::bfloat16:
+    case RowFormat::bfloat16:
       for (std::size_t i = 0; i < r.codes.size() / 2; ++i) halves[i] = bf16_from_float(normal(rng));
       break;
     default:
       for (auto& c : r.codes)
-        c = static_cast<std::uint8_t>(byte(rng) & (f.rows == Rows::fp8 ? 0x77 : 0xFF));
+        c = static_cast<std::uint8_t>(byte(rng) & (f.rows == RowFormat::fp8 ? 0x77 : 0xFF));
   }
   if (const std::uint32_t group = cpu::int4_group(f.rows); group != 0) {
     auto* params = reinterpret_cast<std::uint16_t*>(r.meta.data());
@@ -84,13 +84,14 @@ RowData random_rows(const Format& f, std::uint32_t dim, std::uint32_t n, std::mt
 
 // fp16 first: the others are timed against it.
 std::vector<Format> benchmark_formats() {
-  return {{"fp16", Rows::float16, parse_format("fp16")},
-          {"bf16", Rows::bfloat16, parse_format("bf16")},
-          {"fp8-e4m3", Rows::fp8, parse_format("fp8-e4m3")},
-          {"int8-per-token", Rows::int8, parse_format("int8-per-token")},
-          {"int4-group", Rows::int4_g32, parse_format("int4-group")},
-          {"int4-group:group=64", Rows::int4_g64, parse_format("int4-group", {{"group", 64}})},
-          {"int4-group:group=128", Rows::int4_g128, parse_format("int4-group", {{"group", 128}})}};
+  return {
+      {"fp16", RowFormat::float16, parse_format("fp16")},
+      {"bf16", RowFormat::bfloat16, parse_format("bf16")},
+      {"fp8-e4m3", RowFormat::fp8, parse_format("fp8-e4m3")},
+      {"int8-per-token", RowFormat::int8, parse_format("int8-per-token")},
+      {"int4-group", RowFormat::int4_g32, parse_format("int4-group")},
+      {"int4-group:group=64", RowFormat::int4_g64, parse_format("int4-group", {{"group", 64}})},
+      {"int4-group:group=128", RowFormat::int4_g128, parse_format("int4-group", {{"group", 128}})}};
 }
 
 }  // namespace
@@ -130,7 +131,7 @@ int main(int argc, char** argv) {
   };
   std::vector<Run> runs;
   for (const Format& f : formats) {
-    if (f.rows != Rows::float16 && !only.empty() &&
+    if (f.rows != RowFormat::float16 && !only.empty() &&
         std::find(only.begin(), only.end(), f.name) == only.end())
       continue;
     cpu::BlockAttention kernels(group, dim, f.rows, f.rows);

@@ -17,7 +17,7 @@ KVCACHE_AVX2 KVCACHE_INLINE void scatter_pairs(__m256 sums, int first, float (*l
 
 // float32, fp16, bf16 or fp8 keys: each key vector is loaded (and converted) once for all
 // heads; fp8 rows' scales multiply the logits.
-template <int G, int D, Rows K>
+template <int G, int D, RowFormat K>
 KVCACHE_AVX2 void keys16(const Block16& b) {
   constexpr int T = 8 / G;
   alignas(32) float logits[G][16];
@@ -36,7 +36,7 @@ KVCACHE_AVX2 void keys16(const Block16& b) {
       }
     scatter_pairs<G>(sum_lanes8(s), first, logits);
   }
-  if constexpr (K == Rows::fp8) {
+  if constexpr (K == RowFormat::fp8) {
     const auto* scales = static_cast<const float*>(b.k_meta);
     for (int g = 0; g < G; ++g)
       for (int h = 0; h < 2; ++h)
@@ -52,9 +52,9 @@ KVCACHE_AVX2 void keys16(const Block16& b) {
 // 16 codes of a key row widened to int16: int8 elements e..e+15; int4 (e a multiple of 16 in a
 // part of 32) the part's even elements for its first half, its odd ones for the second, as
 // BlockAttention::quantize orders the query.
-template <Rows K>
+template <RowFormat K>
 KVCACHE_AVX2 KVCACHE_INLINE __m256i key_codes(const void* row, int e) {
-  if constexpr (K == Rows::int8) {
+  if constexpr (K == RowFormat::int8) {
     return _mm256_cvtepi8_epi16(_mm_loadu_si128(
         reinterpret_cast<const __m128i*>(static_cast<const std::int8_t*>(row) + e)));
   } else {
@@ -70,12 +70,12 @@ KVCACHE_AVX2 KVCACHE_INLINE __m256i key_codes(const void* row, int e) {
 // elements, or per chunk of 64 whose parts share the query's step and the key's scale (int8, and
 // int4 in groups of 64 or 128), turned into logits by the query's step and the key's scale (int8:
 // one per row; int4: one per group, plus the group's minimum times step x the query codes' sum).
-template <int G, int D, Rows K, class Dot>
+template <int G, int D, RowFormat K, class Dot>
 KVCACHE_AVX2 void keys16_int(const Block16& b) {
   static_assert(D == 64 || D == 128);
   constexpr int T = 8 / G, Parts = D / 32, S = int4_group(K);
   constexpr int Span = S == 32 ? 1 : 2;  // parts per integer sum
-  constexpr int RowBytes = K == Rows::int8 ? D : D / 2;
+  constexpr int RowBytes = K == RowFormat::int8 ? D : D / 2;
   const QuantizedQuery& q8 = *b.q8;
   const auto* keys = static_cast<const std::byte*>(b.k);
   GroupParams<S == 0 ? 1 : D / S> params;
@@ -103,7 +103,7 @@ KVCACHE_AVX2 void keys16_int(const Block16& b) {
       }
       const __m256 dots = _mm256_cvtepi32_ps(sum_lanes8(s));
       const __m256 steps = _mm256_loadu_ps(q8.pair_steps.data() + 8 * p);
-      if constexpr (K == Rows::int8) {
+      if constexpr (K == RowFormat::int8) {
         sum = _mm256_fmadd_ps(dots, steps, sum);
       } else {
         const int group = p * 32 / S;
@@ -115,7 +115,7 @@ KVCACHE_AVX2 void keys16_int(const Block16& b) {
         sum = _mm256_fmadd_ps(per_key<T>(params.minimum[group] + first), code_sums, sum);
       }
     }
-    if constexpr (K == Rows::int8)
+    if constexpr (K == RowFormat::int8)
       sum = _mm256_mul_ps(sum, per_key<T>(static_cast<const float*>(b.k_meta) + first));
     scatter_pairs<G>(sum, first, logits);
   }
@@ -125,13 +125,14 @@ KVCACHE_AVX2 void keys16_int(const Block16& b) {
 
 }  // namespace
 
-Pass16 key_pass(std::uint32_t group, std::uint32_t dim, Rows keys, bool vnni) {
+Pass16 key_pass(std::uint32_t group, std::uint32_t dim, RowFormat keys, bool vnni) {
   return for_shape(group, dim, [keys, vnni]<int G, int D>() {
     return for_kind<D>(
-        keys, []<Rows R>() -> Pass16 { return &keys16<G, D, R>; },
-        vnni ? &keys16_int<G, D, Rows::int8, VnniDot> : &keys16_int<G, D, Rows::int8, MaddDot>,
+        keys, []<RowFormat R>() -> Pass16 { return &keys16<G, D, R>; },
+        vnni ? &keys16_int<G, D, RowFormat::int8, VnniDot>
+             : &keys16_int<G, D, RowFormat::int8, MaddDot>,
         [vnni]<int S>() -> Pass16 {
-          constexpr Rows K = int4_rows(S);
+          constexpr RowFormat K = int4_rows(S);
           return vnni ? &keys16_int<G, D, K, VnniDot> : &keys16_int<G, D, K, MaddDot>;
         });
   });

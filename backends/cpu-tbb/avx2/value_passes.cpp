@@ -10,14 +10,14 @@ namespace {
 
 // Adds the first n float32, fp16, bf16 or fp8 value rows times their weights (fp8 rows' scales
 // multiply their weights).
-template <int G, int D, Rows V>
+template <int G, int D, RowFormat V>
 KVCACHE_AVX2 void values16(const Block16& b) {
   constexpr int C = D / 8;                            // vectors per row
   constexpr int H = std::min(C, std::max(1, 8 / G));  // vectors per pass
-  alignas(32) float scaled[V == Rows::fp8 ? G : 1][16];
+  alignas(32) float scaled[V == RowFormat::fp8 ? G : 1][16];
   const float* weight = b.weight;
   std::size_t row = kSpan;  // floats from one head's weights to the next's
-  if constexpr (V == Rows::fp8) {
+  if constexpr (V == RowFormat::fp8) {
     alignas(32) float scales[16] = {};
     std::copy_n(static_cast<const float*>(b.v_meta), b.n, scales);
     for (int g = 0; g < G; ++g)
@@ -201,10 +201,10 @@ KVCACHE_AVX2 void values16_int4(const Block16& b) {
 
 }  // namespace
 
-ValuePass value_pass(std::uint32_t group, std::uint32_t dim, Rows values, bool vnni) {
+ValuePass value_pass(std::uint32_t group, std::uint32_t dim, RowFormat values, bool vnni) {
   return for_shape<ValuePass>(group, dim, [values, vnni]<int G, int D>() {
     return for_kind<D, ValuePass>(
-        values, []<Rows R>() -> ValuePass { return &each_block<&values16<G, D, R>>; },
+        values, []<RowFormat R>() -> ValuePass { return &each_block<&values16<G, D, R>>; },
         vnni ? &each_block<&values16_int8<G, D, VnniDot>>
              : &each_block<&values16_int8<G, D, MaddDot>>,
         [vnni]<int S>() -> ValuePass {

@@ -62,20 +62,20 @@ KVCACHE_AVX2 KVCACHE_INLINE float max_lane(__m256 x) {
 
 // Elements at..at+7 of float32, fp16, bf16 or fp8 rows as floats; fp8 E4M3 codes as in the
 // AVX-512 family (moved to where fp16 keeps them: 2^-8 times their value, see kFp8Unit).
-template <Rows R>
+template <RowFormat R>
 KVCACHE_AVX2 KVCACHE_INLINE __m256 load_floats8(const void* rows, std::size_t at) {
-  if constexpr (R == Rows::float32) {
+  if constexpr (R == RowFormat::float32) {
     return _mm256_loadu_ps(static_cast<const float*>(rows) + at);
-  } else if constexpr (R == Rows::fp8) {
+  } else if constexpr (R == RowFormat::fp8) {
     const __m128i wide = _mm_cvtepi8_epi16(_mm_loadl_epi64(
         reinterpret_cast<const __m128i*>(static_cast<const std::int8_t*>(rows) + at)));
     return _mm256_cvtph_ps(
         _mm_and_si128(_mm_slli_epi16(wide, 7), _mm_set1_epi16(static_cast<short>(0xBFFF))));
   } else {
-    static_assert(R == Rows::float16 || R == Rows::bfloat16);
+    static_assert(R == RowFormat::float16 || R == RowFormat::bfloat16);
     const __m128i codes = _mm_loadu_si128(
         reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(rows) + at));
-    if constexpr (R == Rows::float16) return _mm256_cvtph_ps(codes);
+    if constexpr (R == RowFormat::float16) return _mm256_cvtph_ps(codes);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(codes), 16));
   }
 }

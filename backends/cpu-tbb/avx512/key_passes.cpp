@@ -10,7 +10,7 @@ KVCACHE_KERNELS_BEGIN
 // registers: each key vector is loaded (and converted) once for all heads, 16 / G keys at a
 // time so that 16 accumulators hold (head, key) pairs; one shuffle-reduction per 16 / G keys,
 // its sums scattered to their head's logits (times the row scales for fp8), then the softmax.
-template <int G, int D, Rows K>
+template <int G, int D, RowFormat K>
 KVCACHE_AVX512 void keys16(const Block16& b) {
   constexpr int T = 16 / G;  // keys per pass
   const __m512i slot = _mm512_load_si512(sum_order().slot_of_lane);
@@ -42,9 +42,9 @@ KVCACHE_AVX512 void keys16(const Block16& b) {
   }
   // fp8 rows carry a scale each (16 here: a partial block's are padded).
   const __m512 row_scales =
-      K == Rows::fp8 ? _mm512_mul_ps(_mm512_loadu_ps(static_cast<const float*>(b.k_meta)),
-                                     _mm512_set1_ps(kFp8Unit))
-                     : _mm512_set1_ps(1.0f);
+      K == RowFormat::fp8 ? _mm512_mul_ps(_mm512_loadu_ps(static_cast<const float*>(b.k_meta)),
+                                          _mm512_set1_ps(kFp8Unit))
+                          : _mm512_set1_ps(1.0f);
   for (int g = 0; g < G; ++g)
     softmax16<D>(_mm512_mul_ps(_mm512_load_ps(logits[g]), row_scales), b.n, b.m[g],
                  b.l + g * kLanes, b.acc + g * D, b.weight + kSpan * g, b.earlier);
@@ -219,11 +219,11 @@ KVCACHE_KERNELS_END
 
 }  // namespace
 
-Pass16 key_pass(std::uint32_t group, std::uint32_t dim, Rows keys) {
+Pass16 key_pass(std::uint32_t group, std::uint32_t dim, RowFormat keys) {
   const bool rows_to_l1 = prefetch_rows_into_l1();
   return for_shape(group, dim, [keys, rows_to_l1]<int G, int D>() {
     return for_kind<D>(
-        keys, []<Rows R>() -> Pass16 { return &keys16<G, D, R>; },
+        keys, []<RowFormat R>() -> Pass16 { return &keys16<G, D, R>; },
         rows_to_l1 ? &keys16_int8<G, D, true> : &keys16_int8<G, D, false>,
         []<int S>() -> Pass16 { return &keys16_int4<G, D, S>; });
   });

@@ -8,15 +8,15 @@ KVCACHE_KERNELS_BEGIN
 
 // Adds the first n float32, fp16, bf16 or fp8 value rows times their weights, over parts of D so
 // that all accumulators stay in registers.
-template <int G, int D, Rows V>
+template <int G, int D, RowFormat V>
 KVCACHE_AVX512 void values16(const Block16& b) {
   constexpr int C = D / 16;                   // vectors per row
   constexpr int H = C < 16 / G ? C : 16 / G;  // vectors per pass over the values
   // fp8 rows' scales multiply their weights.
-  alignas(64) float scaled[V == Rows::fp8 ? G : 1][16];
+  alignas(64) float scaled[V == RowFormat::fp8 ? G : 1][16];
   const float* weight = b.weight;
   std::size_t row = kSpan;  // floats from one head's weights to the next's
-  if constexpr (V == Rows::fp8) {
+  if constexpr (V == RowFormat::fp8) {
     const __m512 scales =
         _mm512_mul_ps(_mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << b.n) - 1), b.v_meta),
                       _mm512_set1_ps(kFp8Unit));
@@ -362,12 +362,12 @@ KVCACHE_KERNELS_END
 
 }  // namespace
 
-ValuePass value_pass(std::uint32_t group, std::uint32_t dim, Rows values) {
+ValuePass value_pass(std::uint32_t group, std::uint32_t dim, RowFormat values) {
   // Without byte permutes, int8 and int4 values are decoded to float32.
   const bool vbmi = has_vbmi();
   return for_shape<ValuePass>(group, dim, [values, vbmi]<int G, int D>() {
     return for_kind<D, ValuePass>(
-        values, []<Rows R>() -> ValuePass { return &each_block<&values16<G, D, R>>; },
+        values, []<RowFormat R>() -> ValuePass { return &each_block<&values16<G, D, R>>; },
         vbmi ? &values_int8<G, D> : nullptr,
         [vbmi]<int S>() -> ValuePass { return vbmi ? &values_int4<G, D, S> : nullptr; });
   });

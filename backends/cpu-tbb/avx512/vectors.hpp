@@ -109,11 +109,11 @@ KVCACHE_AVX512 KVCACHE_INLINE float exp2_scalar(float x) {
 
 // Elements at..at+15 of float32, fp16, bf16 or fp8 rows as floats. fp8 E4M3 codes come out
 // 2^-8 times their value (see kFp8Unit).
-template <Rows R>
+template <RowFormat R>
 KVCACHE_AVX512 KVCACHE_INLINE __m512 load_floats16(const void* rows, std::size_t at) {
-  if constexpr (R == Rows::float32) {
+  if constexpr (R == RowFormat::float32) {
     return _mm512_loadu_ps(static_cast<const float*>(rows) + at);
-  } else if constexpr (R == Rows::fp8) {
+  } else if constexpr (R == RowFormat::fp8) {
     // The sign and the 7 bits of exponent and mantissa moved to where fp16 keeps them (bit 15,
     // bits 13..7) read as fp16: the same number with an exponent bias of 15 instead of 7,
     // subnormals included.
@@ -122,10 +122,10 @@ KVCACHE_AVX512 KVCACHE_INLINE __m512 load_floats16(const void* rows, std::size_t
     return _mm512_cvtph_ps(_mm256_and_si256(_mm256_slli_epi16(wide, 7),
                                             _mm256_set1_epi16(static_cast<short>(0xBFFF))));
   } else {
-    static_assert(R == Rows::float16 || R == Rows::bfloat16);
+    static_assert(R == RowFormat::float16 || R == RowFormat::bfloat16);
     const __m256i codes = _mm256_loadu_si256(
         reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(rows) + at));
-    if constexpr (R == Rows::float16) return _mm512_cvtph_ps(codes);
+    if constexpr (R == RowFormat::float16) return _mm512_cvtph_ps(codes);
     // bf16 is the top half of a float32.
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(codes), 16));
   }
