@@ -40,10 +40,9 @@ DeviceFormat format_on_device(const std::string& name, const nlohmann::json& opt
     throw Error(Code::unsupported, std::string(kVendor) + " backend: page_size " +
                                        std::to_string(page_size) + " exceeds " +
                                        std::to_string(kMaxPageSize));
-  const std::vector<std::string>& known = format_names();
-  if (std::find(known.begin(), known.end(), name) == known.end())
+  if (!is_built_in_format(name))
     throw Error(Code::unsupported, std::string(kVendor) + " backend runs only its own formats (" +
-                                       name_list(known) + "), not '" + name + "'");
+                                       name_list(format_names()) + "), not '" + name + "'");
   return device_format(parse_format(name, options), head_dim, page_size, kVendor);
 }
 

@@ -96,9 +96,7 @@ std::string case_name(const ::testing::TestParamInfo<AttentionCase>& info) {
 // format from outside is held to its own decode only (the exact checks), not to a loss we cannot
 // know.
 double format_tolerance(const FormatCase& format) {
-  const std::vector<std::string>& built_in = format_names();
-  if (std::find(built_in.begin(), built_in.end(), format.name) == built_in.end())
-    return std::numeric_limits<double>::infinity();
+  if (!is_built_in_format(format.name)) return std::numeric_limits<double>::infinity();
   if (format.name == "fp32" || format.name == "fp16") return 2e-3;
   if (format.name == "bf16") return 1e-2;
   // A row's step is its largest |element| / 127, larger the longer the row: at head_dim 128 one

@@ -51,6 +51,8 @@ struct FormatSpec {
 // nearest name or option.
 FormatSpec parse_format(std::string_view name, const nlohmann::json& options = {});
 const std::vector<std::string>& format_names();
+// Whether `name` is one of format_names(): a format stores run by their own code.
+bool is_built_in_format(std::string_view name);
 
 // Layout for a head dimension and page size; throws Error(invalid_argument) when the format
 // cannot hold it (e.g. a group that does not divide head_dim).

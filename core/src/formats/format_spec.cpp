@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <string>
 
 #include "kvcache/formats.hpp"
@@ -31,6 +32,11 @@ const std::vector<std::string>& format_names() {
     return n;
   }();
   return names;
+}
+
+bool is_built_in_format(std::string_view name) {
+  const std::vector<std::string>& names = format_names();
+  return std::find(names.begin(), names.end(), name) != names.end();
 }
 
 std::string FormatSpec::name() const {

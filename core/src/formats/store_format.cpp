@@ -2,21 +2,14 @@
 // whose layout and calls are checked before a store takes any memory for them.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "kvcache/formats.hpp"
-#include "kvcache/nearest_name.hpp"
 #include "kvcache/status.hpp"
 
 namespace kvcache {
 namespace {
-
-bool built_in(const std::string& name) {
-  const std::vector<std::string>& names = format_names();
-  return std::find(names.begin(), names.end(), name) != names.end();
-}
 
 [[noreturn]] void refuse(const std::string& name, const std::string& why) {
   throw Error(Code::invalid_argument, "storage format '" + name + "' refused: " + why);
@@ -101,7 +94,7 @@ StoreFormat store_format(const StoreSpec& spec, bool value, bool try_it) {
   const nlohmann::json& options = value ? spec.v_options : spec.k_options;
   const std::shared_ptr<const Quantizer>& codec = value ? spec.v_codec : spec.k_codec;
   const std::uint32_t head_dim = spec.model.head_dim;
-  if (built_in(name) || codec == nullptr) {
+  if (is_built_in_format(name) || codec == nullptr) {
     StoreFormat f{name, parse_format(name, options), {}, nullptr};  // unknown: the nearest name
     f.layout = format_layout(f.spec, head_dim, spec.page_size);
     return f;

@@ -112,12 +112,10 @@ struct Registry::Impl {
     const ComponentInfo* info = find(kind, name);
     if (info == nullptr) {
       const std::vector<std::string> known = names(kind);
-      std::string list;
-      for (const std::string& n : known) list += (list.empty() ? "" : ", ") + n;
       throw Error(Code::not_found,
                   "unknown " + std::string(kind_name(kind)) + " '" + std::string(name) + "'" +
                       did_you_mean(name, known) +
-                      (known.empty() ? "; none is installed" : "; installed: " + list));
+                      (known.empty() ? "; none is installed" : "; installed: " + name_list(known)));
     }
     if (!info->available)
       throw Error(Code::unavailable, std::string(kind_name(kind)) + " '" + info->name +
@@ -230,10 +228,9 @@ std::unique_ptr<Backend> Registry::create_backend(std::string_view name,
 }
 
 StoreSpec with_codecs(StoreSpec spec, const Registry& registry) {
-  const std::vector<std::string>& built_in = format_names();
   const auto codec = [&](const std::string& name,
                          const nlohmann::json& options) -> std::shared_ptr<const Quantizer> {
-    if (std::find(built_in.begin(), built_in.end(), name) != built_in.end()) return nullptr;
+    if (is_built_in_format(name)) return nullptr;
     if (registry.find(ComponentKind::quantizer, name) == nullptr)
       throw Error(Code::not_found,
                   "unknown storage format '" + name + "'" +

@@ -70,12 +70,10 @@ class Options {
     const std::vector<std::string> names(known.begin(), known.end());
     for (const auto& [key, value] : json_.items()) {
       if (std::find(names.begin(), names.end(), key) != names.end()) continue;
-      std::string list;
-      for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
-      throw Error(
-          Code::invalid_argument,
-          "unknown option '" + key + "'" + did_you_mean(key, names) +
-              (names.empty() ? "; this component takes no options" : "; valid options: " + list));
+      throw Error(Code::invalid_argument,
+                  "unknown option '" + key + "'" + did_you_mean(key, names) +
+                      (names.empty() ? "; this component takes no options"
+                                     : "; valid options: " + name_list(names)));
     }
   }
 
