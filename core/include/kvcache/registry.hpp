@@ -98,6 +98,11 @@ KVCACHE_API StoreSpec with_codecs(StoreSpec spec, const Registry& registry);
 KVCACHE_API std::optional<std::string> format_refusal(const ComponentInfo& backend,
                                                       const std::string& format);
 
+// The config's formats that `backend` cannot run, as errors at each format's place (key
+// format.k or format.v): what Cache::open refuses and kvcache config check reports.
+KVCACHE_API std::vector<Diagnostic> format_refusals(const Config& config,
+                                                    const ComponentInfo& backend);
+
 // Checks the component names and options of a config against what is installed: unknown names
 // get the nearest installed one, options are validated by creating each component once.
 // Backends missing from the preference list are warnings (a config is shared across hosts).

@@ -210,10 +210,8 @@ std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const R
   }
   // A format the chosen backend cannot run is refused before any memory is taken.
   const ComponentInfo& chosen = *registry->find(ComponentKind::backend, impl->backend_name);
-  for (const auto& [key, choice] : {std::pair{"format.k", &config.k_quantizer},
-                                    std::pair{"format.v", &config.v_quantizer}})
-    if (const auto why = format_refusal(chosen, choice->name))
-      throw Error(Code::unsupported, std::string(key) + ": " + *why);
+  if (const std::vector<Diagnostic> refused = format_refusals(config, chosen); !refused.empty())
+    throw Error(Code::unsupported, refused.front().key + ": " + refused.front().message);
   const StoreSpec spec = store_spec(config, *registry);
   impl->model = config.model;
   impl->page_size = config.cache.page_size;

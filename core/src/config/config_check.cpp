@@ -68,10 +68,8 @@ std::vector<Diagnostic> check_components(const Config& config, const Registry& r
   for (const ComponentChoice& backend : config.backends) {
     const ComponentInfo* info = registry.find(ComponentKind::backend, backend.name);
     if (info == nullptr || !info->available) continue;
-    for (const auto& [key, choice] : {std::pair{"format.k", &config.k_quantizer},
-                                      std::pair{"format.v", &config.v_quantizer}})
-      if (const auto why = format_refusal(*info, choice->name))
-        out.push_back({Diagnostic::Severity::error, choice->where, key, *why});
+    const std::vector<Diagnostic> refused = format_refusals(config, *info);
+    out.insert(out.end(), refused.begin(), refused.end());
     break;
   }
   // Only the quantizers' own errors count here, not a backend's from above.
@@ -104,12 +102,21 @@ std::vector<Diagnostic> check_components(const Config& config, const Registry& r
   return out;
 }
 
+std::vector<Diagnostic> format_refusals(const Config& config, const ComponentInfo& backend) {
+  std::vector<Diagnostic> out;
+  for (const auto& [key, choice] :
+       {std::pair{"format.k", &config.k_quantizer}, std::pair{"format.v", &config.v_quantizer}})
+    if (const auto why = format_refusal(backend, choice->name))
+      out.push_back({Diagnostic::Severity::error, choice->where, key, *why});
+  return out;
+}
+
 std::optional<Diagnostic> token_drop_check(const Config& config, const Registry& registry,
                                            const EvictionPolicy& policy) {
   const std::optional<bool> drops = policy.drops_tokens();
   if (drops == false) return std::nullopt;
-  for (const auto& [key, choice] : {std::pair{"format.k", &config.k_quantizer},
-                                    std::pair{"format.v", &config.v_quantizer}}) {
+  for (const auto& [key, choice] :
+       {std::pair{"format.k", &config.k_quantizer}, std::pair{"format.v", &config.v_quantizer}}) {
     const StorageFormat f = registry.create_quantizer(choice->name, choice->options)
                                 ->describe(config.model.head_dim, config.cache.page_size);
     if (f.granularity != Granularity::channel) continue;
