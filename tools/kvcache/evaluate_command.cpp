@@ -18,7 +18,6 @@
 #include "kvcache/cache.hpp"
 #include "kvcache/formats.hpp"
 #include "kvcache/host_tensor.hpp"
-#include "kvcache/nearest_name.hpp"
 #include "kvcache/reference_attention.hpp"
 #include "kvcache/registry.hpp"
 #include "tensor_file.hpp"
@@ -133,13 +132,10 @@ void run_evaluate(const Globals& globals, const EvaluateFlags& f) {
       if (name != "fp32") formats.push_back(name);
   } else {
     // Any quantizer component is a format; a typo gets the nearest installed name.
-    const std::vector<std::string> installed = registry->names(ComponentKind::quantizer);
     for (std::size_t start = 0; start <= f.formats.size();) {
       const std::size_t comma = std::min(f.formats.find(',', start), f.formats.size());
       formats.push_back(f.formats.substr(start, comma - start));
-      if (registry->find(ComponentKind::quantizer, formats.back()) == nullptr)
-        throw Error(Code::not_found, "unknown storage format '" + formats.back() + "'" +
-                                         did_you_mean(formats.back(), installed));
+      check_format_name(*registry, formats.back());
       start = comma + 1;
     }
   }

@@ -87,6 +87,10 @@ class KVCACHE_API Registry {
   std::unique_ptr<Impl> impl_;
 };
 
+// Throws Error(not_found) with the nearest installed name unless `format` is a built-in format
+// or a quantizer component of the registry.
+KVCACHE_API void check_format_name(const Registry& registry, std::string_view format);
+
 // The spec with the codec of each format that is not built in, made from its quantizer
 // component (Error with the nearest name when there is none): what a store needs to run such a
 // format, and what page_cost needs to size it.

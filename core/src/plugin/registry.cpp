@@ -227,14 +227,18 @@ std::unique_ptr<Backend> Registry::create_backend(std::string_view name,
   return impl_->create(ComponentKind::backend, name, options, plugin::make_backend);
 }
 
+void check_format_name(const Registry& registry, std::string_view format) {
+  if (is_built_in_format(format) || registry.find(ComponentKind::quantizer, format) != nullptr)
+    return;
+  throw Error(Code::not_found, "unknown storage format '" + std::string(format) + "'" +
+                                   did_you_mean(format, registry.names(ComponentKind::quantizer)));
+}
+
 StoreSpec with_codecs(StoreSpec spec, const Registry& registry) {
   const auto codec = [&](const std::string& name,
                          const nlohmann::json& options) -> std::shared_ptr<const Quantizer> {
     if (is_built_in_format(name)) return nullptr;
-    if (registry.find(ComponentKind::quantizer, name) == nullptr)
-      throw Error(Code::not_found,
-                  "unknown storage format '" + name + "'" +
-                      did_you_mean(name, registry.names(ComponentKind::quantizer)));
+    check_format_name(registry, name);
     return registry.create_quantizer(name, options);
   };
   spec.k_codec = codec(spec.k_format, spec.k_options);
