@@ -46,7 +46,7 @@ elif [[ ! -f "$build/CMakeCache.txt" ]]; then
 fi
 if [[ -z ${SKIP_BUILD:-} ]]; then
   ninja -C "$build" -j "$jobs" kvcache-tool kvcache-cuda kvcache-cpu-tbb kvcache-masks \
-    kvcache-formats store_conformance_test attention_conformance_test >/dev/null
+    kvcache-formats store_conformance_test attention_conformance_test step_test >/dev/null
   echo "built"
 fi
 
@@ -60,7 +60,7 @@ fi
 
 step "conformance on cuda"
 status=0
-for suite in store_conformance_test attention_conformance_test; do
+for suite in store_conformance_test attention_conformance_test step_test; do
   log="$logs/gpu-check-$suite.log"
   if "$build/bin/$suite" --gtest_filter='*cuda*:AttentionOutputs.*' --gtest_brief=1 >"$log" 2>&1; then
     echo "$suite: $(grep -E '^\[  PASSED  \]' "$log")"

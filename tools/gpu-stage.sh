@@ -15,7 +15,7 @@ out=${1:?usage: tools/gpu-stage.sh OUT_DIR [BUILD_DIR]}
 build=${2:-build}
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/deps" "$out/deps-std"
-cp "$build"/bin/{kvcache,store_conformance_test,attention_conformance_test,kvcache-kernel-benchmark} \
+cp "$build"/bin/{kvcache,store_conformance_test,attention_conformance_test,step_test,kvcache-kernel-benchmark} \
   "$out/bin/"
 cp -a "$build"/lib/libkvcache.so* "$out/lib/"
 for plugin in "$build"/lib/kvcache-*.so; do

@@ -157,6 +157,11 @@ Pass for_kind(RowFormat kind, Floats floats, Pass int8, Int4 int4) {
   return nullptr;
 }
 
+// The head dimensions the passes are specialized for (with groups of 1, 2, 4 and 8 query heads).
+constexpr bool specialized_dim(std::uint32_t dim) {
+  return dim == 64 || dim == 128;
+}
+
 // pick.template operator()<G, D>() for a specialized shape, or null.
 template <class Pass = Pass16, class Pick>
 Pass for_shape(std::uint32_t group, std::uint32_t dim, Pick pick) {

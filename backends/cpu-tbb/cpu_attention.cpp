@@ -15,6 +15,7 @@
 #include <tbb/task_arena.h>
 
 #include "block16.hpp"
+#include "head_groups.hpp"
 #include "input_rows.hpp"
 #include "kvcache/formats.hpp"
 #include "kvcache/numeric.hpp"
@@ -22,11 +23,10 @@
 #include "paged_store.hpp"
 #include "query_tiles.hpp"
 #include "softmax_block.hpp"
+#include "work_schedule.hpp"
 
 namespace kvcache::cpu {
 namespace {
-
-using Segment = paging::SlotSpan;
 
 // Work (key slots times queries, over the KV heads) below which a call runs on the calling
 // thread alone: decoding 64 int4 tokens x 8 KV heads took 21 us on one thread and 28 on two
@@ -43,16 +43,6 @@ constexpr std::uint64_t kParallelWork = 1024;
 constexpr std::size_t prefetch_bytes(RowFormat kind) {
   return kind == RowFormat::int8 ? 16384 : 8192;
 }
-
-// One unit of work: some key slots of `width` consecutive queries (a tile, see query_tiles.hpp)
-// and one KV head. Its slots are segments [first, end) of the call's segment list (one list, not
-// one per item: small calls are dominated by such allocations).
-struct Item {
-  std::size_t query;
-  std::uint32_t width;
-  std::uint32_t kv_head;
-  std::size_t first, end;
-};
 
 // Writes a float row into `out` (float32, float16 or bfloat16) at row index r.
 void store_row(DLTensor& out, std::uint64_t index, const float* row, std::uint32_t dim) {
@@ -76,92 +66,92 @@ void check_out(const DLTensor& out) {
     throw Error(Code::invalid_argument, "out must be a host float32/float16/bfloat16 tensor");
 }
 
-void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
+// A step's plan on cpu-tbb: the slots every query sees and the work schedule, for each layer.
+struct CpuPlan final : StepPlan {
+  const PagedStore* store = nullptr;  // the plan's: another store's sequences are others
+  paging::AttentionPlan slots;
+  WorkSchedule schedule;
+  bool prefill = false;
+  bool accumulate_scores = false;
+  float scale = 0.0f;
+};
+
+PagedStore& cpu_store(CacheStore& base) {
   auto* store = dynamic_cast<PagedStore*>(&base);
   if (store == nullptr)
     throw Error(Code::unsupported, "cpu-tbb attention reads cpu-tbb stores only");
+  return *store;
+}
+
+CpuPlan make_plan(const PagedStore& store, paging::AttentionPlan slots, bool prefill,
+                  bool accumulate_scores, float scale) {
+  const ModelShape& model = store.spec().model;
+  CpuPlan plan;
+  plan.store = &store;
+  plan.prefill = prefill;
+  plan.accumulate_scores = accumulate_scores;
+  plan.scale = scale;
+  const HeadGroups heads(model.q_heads / model.kv_heads, model.head_dim);
+  plan.schedule =
+      schedule_work(slots, {model.kv_heads * heads.parts, heads.width, model.head_dim,
+                            static_cast<std::uint64_t>(tbb::this_task_arena::max_concurrency()),
+                            prefill && !accumulate_scores});
+  plan.slots = std::move(slots);
+  return plan;
+}
+
+// One layer on a plan, under the store's shared lock: the queries scaled (and quantized for
+// integer keys), every item's kernels, each pair's parts merged as its last one finishes, and
+// the score pass when scores are accumulated.
+void run_layer(PagedStore& store_ref, const CpuPlan& p, std::uint32_t layer, const DLTensor& q_in,
+               DLTensor& out) {
+  PagedStore* const store = &store_ref;
+  const paging::AttentionPlan& plan = p.slots;
+  const WorkSchedule& schedule = p.schedule;
   const ModelShape& model = store->spec().model;
-  const std::uint32_t heads = model.q_heads, kv_heads = model.kv_heads, dim = model.head_dim;
-  const std::uint32_t group = heads / kv_heads, page = store->page_size();
-  const auto lock = store->lock_shared();
-  const paging::AttentionPlan plan = paging::plan_attention(store->book(), r, prefill);
+  const std::uint32_t heads = model.q_heads, dim = model.head_dim, page = store->page_size();
+  // The kernels' heads (see head_groups.hpp): `kv_heads` kernel heads of `group` query heads
+  // each, kernel head h reading the K and V of the model's KV head h / hg.parts.
+  const HeadGroups hg(heads / model.kv_heads, dim);
+  const std::uint32_t kv_heads = model.kv_heads * hg.parts, group = hg.width;
   const std::vector<std::size_t>& query_sequence = plan.query_sequence;
   const std::uint64_t queries = plan.queries;
-  const InputRows q_rows(*r.q, queries, heads, dim, "q");
-  check_out(*r.out);
+  const InputRows q_rows(q_in, queries, heads, dim, "q");
+  check_out(out);
   if (queries == 0) return;  // a prefill of no queries: nothing to write
   const std::uint64_t pairs = queries * kv_heads;
-  // Work: each tile's shared slots and each query's own, per KV head, split when there are fewer
-  // than 16 items a thread: threads on cores of unequal speed (a shared host's, here often 1.4x
-  // apart) then even out by taking items from each other, a small part of the call each.
-  const std::uint64_t threads = static_cast<std::uint64_t>(tbb::this_task_arena::max_concurrency());
-  const std::uint64_t splits = pairs >= 16 * threads ? 1 : (16 * threads + pairs - 1) / pairs;
+  const std::vector<Item>& items = schedule.items;
+  const std::vector<Segment>& segments = schedule.segments;
   // What the call keeps until it returns comes from one arena: decodes of a few tokens are
   // dominated by per-call costs, some thirty allocations among them. Its first buffer holds the
-  // scaled queries, a softmax state per item of a decode and the items' bookkeeping, up to 4 MiB
-  // (a large prefill's further buffers grow from that, not from its whole size): every further
-  // buffer costs a call microseconds (6 us at 4096 tokens, its pages new each time). Not for
-  // what the parallel tasks allocate (the arena is not synchronized).
+  // scaled queries, the items' softmax states and bookkeeping, up to 4 MiB (a large prefill's
+  // further buffers grow from that, not from its whole size): every further buffer costs a call
+  // microseconds (6 us at 4096 tokens, its pages new each time). Not for what the parallel tasks
+  // allocate (the arena is not synchronized).
   std::pmr::monotonic_buffer_resource arena(std::min<std::uint64_t>(
-      (queries * heads * dim + pairs * splits * SoftmaxState::floats(group, dim)) * sizeof(float) +
-          pairs * splits * 128 + 16384,
+      (queries * kv_heads * group * dim + schedule.state_at.back()) * sizeof(float) +
+          items.size() * 64 + pairs * 64 + 16384,
       std::uint64_t{4} << 20));
   std::pmr::vector<PagedStore::LayerView> views(&arena);
-  views.reserve(r.sequences.size());
-  for (const SeqId id : r.sequences) views.push_back(store->view(id, r.layer));
+  views.reserve(plan.sequences.size());
+  for (const SeqId id : plan.sequences) views.push_back(store->view(id, layer));
 
-  // Queries in float, pre-scaled for a base-2 softmax.
-  const float scale = (r.scale > 0.0f ? r.scale : 1.0f / std::sqrt(static_cast<float>(dim))) *
+  // Queries in float, pre-scaled for a base-2 softmax, [query][kernel head][group][dim].
+  const float scale = (p.scale > 0.0f ? p.scale : 1.0f / std::sqrt(static_cast<float>(dim))) *
                       std::numbers::log2e_v<float>;
   // Not zeroed first: every element is written.
-  auto* const q = static_cast<float*>(arena.allocate(queries * heads * dim * sizeof(float), 64));
+  auto* const q =
+      static_cast<float*>(arena.allocate(queries * kv_heads * group * dim * sizeof(float), 64));
   {
     RowBuffer buffer(dim);
     for (std::uint64_t i = 0; i < queries; ++i)
-      for (std::uint32_t h = 0; h < heads; ++h)
-        scale_into(q_rows.row(i, h, buffer.data()), scale, q + (i * heads + h) * dim, dim);
+      for (std::uint32_t h = 0; h < kv_heads; ++h)
+        for (std::uint32_t g = 0; g < group; ++g)
+          scale_into(q_rows.row(i, hg.query_head(h, g), buffer.data()), scale,
+                     q + ((i * kv_heads + h) * group + g) * dim, dim);
   }
-
-  // Prefill queries in tiles of up to kMaxGroup query heads per KV head (not when scores are
-  // accumulated: that pass walks each query's keys).
-  const std::uint32_t max_width =
-      prefill && !r.accumulate_scores && group <= kMaxGroup / 2 ? kMaxGroup / group : 1;
-  const QueryTiles tiled = tile_queries(plan, max_width);
-
-  std::pmr::vector<Item> items(&arena);
-  std::pmr::vector<Segment> segments(&arena);  // of all items
-  items.reserve(pairs * splits);
-  segments.reserve(pairs * splits);
-  std::uint64_t work = 0;  // key slots x queries of all items, summed over the KV heads
-  const auto add_items = [&](std::size_t query, std::uint32_t width, std::uint32_t h,
-                             const std::vector<Segment>& slots) {
-    std::uint64_t total = 0;
-    for (const Segment& s : slots) total += s.end - s.begin;
-    work += total * width;
-    const std::uint64_t chunk = std::max<std::uint64_t>(512, (total + splits - 1) / splits);
-    std::size_t first = segments.size();
-    std::uint64_t taken = 0;
-    for (const Segment& s : slots) {
-      for (std::uint64_t b = s.begin; b < s.end;) {
-        const std::uint64_t e = std::min(s.end, b + (chunk - taken));
-        segments.push_back({b, e});
-        taken += e - b;
-        b = e;
-        if (taken == chunk) {
-          items.push_back({query, width, h, first, segments.size()});
-          first = segments.size();
-          taken = 0;
-        }
-      }
-    }
-    if (first != segments.size()) items.push_back({query, width, h, first, segments.size()});
-  };
-  // KV head by KV head: a thread's items (a contiguous range of them) mostly read one head's
-  // pages, which a prefill's tiles read again and again, from its L2 when they fit there.
-  for (std::uint32_t h = 0; h < kv_heads; ++h) {
-    for (const QueryTile& tile : tiled.tiles) add_items(tile.first, tile.width, h, tile.shared);
-    for (std::uint64_t i = 0; i < queries; ++i) add_items(i, 1, h, tiled.own[i]);
-  }
+  const std::uint32_t max_width = schedule.max_width;
+  const std::uint64_t work = schedule.work;
 
   // How K and V reach the kernels: BlockAttention reads fp16, bf16, fp8, int8 and int4 (groups
   // of 32, 64 or 128) rows in place where it can; everything else is decoded into float32 rows
@@ -191,7 +181,7 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   std::pmr::vector<BlockAttention> attend(&arena);
   for (std::uint32_t width = 1; width <= max_width; width *= 2)
     attend.emplace_back(group * width, dim,
-                        r.accumulate_scores ? RowFormat::float32 : stored_kind(kc),
+                        p.accumulate_scores ? RowFormat::float32 : stored_kind(kc),
                         stored_kind(vc));
   std::pmr::vector<QuantizedQuery> q8(&arena);  // per (query, KV head), for int8 and int4 keys
   if (integer_rows(attend[0].keys())) {
@@ -216,8 +206,9 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
     const auto& view = views[seq];
     // This head's K and V tiles: a page's at base + page x bytes (the store's members are read
     // once, not at every page past the opaque kernel calls).
-    const std::byte* const tiles[2] = {store->head_tiles(r.layer, item.kv_head, false),
-                                       store->head_tiles(r.layer, item.kv_head, true)};
+    const std::uint32_t kv_head = item.kv_head / hg.parts;
+    const std::byte* const tiles[2] = {store->head_tiles(layer, kv_head, false),
+                                       store->head_tiles(layer, kv_head, true)};
     const std::size_t tile_bytes[2] = {kc.layout().tile_bytes, vc.layout().tile_bytes};
     for (std::size_t i = item.first; i < item.end; ++i) {
       const Segment& s = segments[i];
@@ -257,7 +248,7 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
             codec.decode_rows(tile, first, static_cast<std::uint32_t>(split - b), rows, ahead,
                               tile_bytes[value]);
           for (std::uint64_t slot = split; slot < e; ++slot)
-            store->decode_row(r.sequences[seq], r.layer, item.kv_head, value, slot,
+            store->decode_row(plan.sequences[seq], layer, kv_head, value, slot,
                               rows + (slot - b) * dim);
         }
         body(blocks[0], blocks[1], b, n);
@@ -270,7 +261,7 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   // below kParallelWork), with buffers per task for the rows decoded to float32 and the logits
   // of a block (for the widest tile), where the float path needs them, and for an output row.
   const bool float_rows =
-      r.accumulate_scores || std::any_of(attend.begin(), attend.end(), [](const auto& a) {
+      p.accumulate_scores || std::any_of(attend.begin(), attend.end(), [](const auto& a) {
         return a.keys() == RowFormat::float32 || a.values() == RowFormat::float32;
       });
   const auto for_each_item = [&](auto&& body) {
@@ -290,29 +281,18 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   // Each item's state is laid out by its task, just before its kernels use it, in floats taken
   // here (zeroed up front instead, 32 states of a decode of 4096 tokens on two threads took
   // 2 us, their lines having left the caches since the last call).
-  std::pmr::vector<std::size_t> state_at(items.size() + 1, 0, &arena);
-  for (std::size_t it = 0; it < items.size(); ++it)
-    state_at[it + 1] = state_at[it] + SoftmaxState::floats(group * items[it].width, dim);
+  const std::vector<std::size_t>& state_at = schedule.state_at;
   auto* const state_memory =
       static_cast<float*>(arena.allocate(state_at.back() * sizeof(float), 64));
   std::pmr::vector<std::optional<SoftmaxState>> partial(items.size(), &arena);
 
-  // The parts of each (query, KV head): the items over it, in item order, at
-  // part_items[part_begin[pair] .. part_begin[pair + 1]); `remaining` counts those still to run.
+  // The parts of each (query, KV head) (see WorkSchedule); `remaining` counts those still to run.
   const auto pair_of = [&](std::size_t it, std::uint32_t j) {
-    return (items[it].query + j) * kv_heads + items[it].kv_head;
+    return schedule.pair_of(it, j, kv_heads);
   };
-  std::pmr::vector<std::size_t> part_begin(pairs + 1, 0, &arena);
-  for (std::size_t it = 0; it < items.size(); ++it)
-    for (std::uint32_t j = 0; j < items[it].width; ++j) ++part_begin[pair_of(it, j) + 1];
-  for (std::uint64_t pair = 0; pair < pairs; ++pair) part_begin[pair + 1] += part_begin[pair];
-  std::pmr::vector<std::size_t> part_items(part_begin[pairs], &arena);
+  const std::vector<std::size_t>& part_begin = schedule.part_begin;
+  const std::vector<std::size_t>& part_items = schedule.part_items;
   std::pmr::vector<std::atomic<std::uint32_t>> remaining(pairs, &arena);
-  {
-    std::pmr::vector<std::size_t> filled(part_begin.begin(), part_begin.end() - 1, &arena);
-    for (std::size_t it = 0; it < items.size(); ++it)
-      for (std::uint32_t j = 0; j < items[it].width; ++j) part_items[filled[pair_of(it, j)]++] = it;
-  }
   for (std::uint64_t pair = 0; pair < pairs; ++pair)
     remaining[pair].store(static_cast<std::uint32_t>(part_begin[pair + 1] - part_begin[pair]),
                           std::memory_order_relaxed);
@@ -321,7 +301,7 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
   // sees no keys has no parts: its output is zeros).
   std::pmr::vector<SoftmaxState*> finals(pairs, nullptr, &arena);
   std::pmr::vector<std::optional<SoftmaxState>> own(pairs, &arena);
-  std::pmr::vector<float> weight_sums(queries * heads, &arena);  // [pair][group]
+  std::pmr::vector<float> weight_sums(pairs * group, &arena);  // [pair][group]
   // Run by the task that completes a pair's last part, while the parts are still in cache:
   // merged at the end of the call instead, a decode of 4096 tokens on two threads spent 4-5 us
   // on its 32 parts, every read a cache miss. A state of its own comes from operator new, not
@@ -344,12 +324,12 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
     for (std::size_t i = first; i < count; ++i)
       state->merge(*partial[parts[i]], dim, head_of(parts[i]));
     finals[pair] = state;
-    for (std::uint32_t g = 0; g < group; ++g) {
+    const auto kernel_head = static_cast<std::uint32_t>(pair % kv_heads);
+    for (std::uint32_t g = 0; g < hg.count(kernel_head % hg.parts); ++g) {
       const float sum = weight_sums[pair * group + g] = state->weight_sum(g);
       scale_into(state->acc.data() + std::size_t{g} * dim, sum > 0.0f ? 1.0f / sum : 0.0f, row,
                  dim);
-      const std::uint32_t head = static_cast<std::uint32_t>(pair % kv_heads) * group + g;
-      store_row(*r.out, query * heads + head, row, dim);
+      store_row(out, query * heads + hg.query_head(kernel_head, g), row, dim);
     }
   };
 
@@ -380,8 +360,8 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
     if (kernels.keys() != RowFormat::float32 && kernels.values() != RowFormat::float32) {
       // Both sides read in place: the kernels walk the pages themselves.
       const auto& view = views[query_sequence[item.query]];
-      BlockAttention::PageRun run{store->head_tiles(r.layer, item.kv_head, false),
-                                  store->head_tiles(r.layer, item.kv_head, true),
+      BlockAttention::PageRun run{store->head_tiles(layer, item.kv_head / hg.parts, false),
+                                  store->head_tiles(layer, item.kv_head / hg.parts, true),
                                   kc.layout().tile_bytes,
                                   vc.layout().tile_bytes,
                                   kc.layout().code_bytes,
@@ -409,13 +389,14 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
         finish(pair_of(it, j), row);
   });
 
-  if (!r.accumulate_scores) return;
+  if (!p.accumulate_scores) return;
   // Each visible key's final softmax weight, summed over the group's heads, added to its slot.
   for_each_item([&](std::size_t it, float* k, float* v, float* logits, float*) {
     const Item& item = items[it];
     const std::size_t pair = item.query * kv_heads + item.kv_head;
     const SoftmaxState& final_state = *finals[pair];
     const float* qg = q + pair * group * dim;
+    const std::uint32_t real_heads = hg.count(item.kv_head % hg.parts);  // not the padding
     for_each_block(
         item, k, v, RowFormat::float32, RowFormat::float32, false,
         [&](const RowBlock&, const RowBlock&, std::uint64_t first, std::uint32_t n) {
@@ -423,7 +404,7 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
           float* scores = views[query_sequence[item.query]].scores;
           for (std::uint32_t j = 0; j < n; ++j) {
             float weight = 0.0f;
-            for (std::uint32_t g = 0; g < group; ++g)
+            for (std::uint32_t g = 0; g < real_heads; ++g)
               weight += std::exp2(logits[std::size_t{g} * n + j] - final_state.m[g]) /
                         weight_sums[pair * group + g];
             std::atomic_ref<float>(scores[first + j]).fetch_add(weight, std::memory_order_relaxed);
@@ -434,11 +415,38 @@ void run(CacheStore& base, const AttentionRequest& r, bool prefill) {
 
 }  // namespace
 
-void CpuAttention::decode(CacheStore& store, const AttentionRequest& request) {
-  run(store, request, false);
+void CpuAttention::decode(CacheStore& base, const AttentionRequest& request) {
+  attend(base, request, false);
 }
-void CpuAttention::prefill(CacheStore& store, const AttentionRequest& request) {
-  run(store, request, true);
+void CpuAttention::prefill(CacheStore& base, const AttentionRequest& request) {
+  attend(base, request, true);
+}
+
+void CpuAttention::attend(CacheStore& base, const AttentionRequest& request, bool prefill) {
+  PagedStore& store = cpu_store(base);
+  const auto lock = store.lock_shared();
+  const CpuPlan plan = make_plan(store, paging::plan_attention(store.book(), request, prefill),
+                                 prefill, request.accumulate_scores, request.scale);
+  run_layer(store, plan, request.layer, *request.q, *request.out);
+}
+
+std::unique_ptr<StepPlan> CpuAttention::plan(CacheStore& base, const StepRequest& request) {
+  PagedStore& store = cpu_store(base);
+  const auto lock = store.lock_shared();
+  return std::make_unique<CpuPlan>(make_plan(store, paging::plan_step(store.book(), request),
+                                             !request.query_counts.empty(),
+                                             request.accumulate_scores, request.scale));
+}
+
+void CpuAttention::run(CacheStore& base, const StepPlan& step, std::uint32_t layer,
+                       const DLTensor& q, DLTensor& out) {
+  PagedStore& store = cpu_store(base);
+  const auto* plan = dynamic_cast<const CpuPlan*>(&step);
+  if (plan == nullptr || plan->store != &store)
+    throw Error(Code::invalid_argument, "run: the plan was made for another store or attention");
+  const auto lock = store.lock_shared();
+  paging::check_step_layer(store.book(), plan->slots, layer, q, out);
+  run_layer(store, *plan, layer, q, out);
 }
 
 }  // namespace kvcache::cpu

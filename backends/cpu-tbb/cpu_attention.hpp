@@ -11,6 +11,13 @@ class CpuAttention final : public Attention {
  public:
   void decode(CacheStore& store, const AttentionRequest& request) override;
   void prefill(CacheStore& store, const AttentionRequest& request) override;
+  // A step: the slots and the work schedule once, every layer on them.
+  std::unique_ptr<StepPlan> plan(CacheStore& store, const StepRequest& request) override;
+  void run(CacheStore& store, const StepPlan& plan, std::uint32_t layer, const DLTensor& q,
+           DLTensor& out) override;
+
+ private:
+  void attend(CacheStore& store, const AttentionRequest& request, bool prefill);
 };
 
 }  // namespace kvcache::cpu

@@ -1,22 +1,35 @@
 // Paged attention on the GPU over a DeviceStore: the core's attention plan (visible slot spans per
 // query), work items of (query, KV head, up to 8 heads of its group, a run of visible slots) sized
 // so that a long sequence is split across the device (flash-decoding), the attend/merge kernels,
-// and per-slot scores when asked. Prefill runs the same kernels with one item per query token.
+// and per-slot scores when asked. Prefill runs the same kernels with one item per query token. A
+// step uploads its plan once; each layer uploads only its queries (and the rows of token groups
+// still being filled).
 #pragma once
 
 #include "kernels.hpp"
 #include "kvcache/attention.hpp"
+#include "kvcache/paging/attention_plan.hpp"
 
 namespace kvcache::gpu {
+
+class DeviceStore;
+struct DevicePlan;
 
 class DeviceAttention final : public Attention {
  public:
   explicit DeviceAttention(int device);
   void decode(CacheStore& store, const AttentionRequest& request) override;
   void prefill(CacheStore& store, const AttentionRequest& request) override;
+  std::unique_ptr<StepPlan> plan(CacheStore& store, const StepRequest& request) override;
+  void run(CacheStore& store, const StepPlan& plan, std::uint32_t layer, const DLTensor& q,
+           DLTensor& out) override;
 
  private:
-  void run(CacheStore& store, const AttentionRequest& request, bool prefill);
+  void attend(CacheStore& store, const AttentionRequest& request, bool prefill);
+  std::unique_ptr<DevicePlan> make_plan(DeviceStore& store, paging::AttentionPlan slots,
+                                        bool accumulate_scores, float scale) const;
+  void run_layer(DeviceStore& store, const DevicePlan& plan, std::uint32_t layer, const DLTensor& q,
+                 DLTensor& out);
 
   std::uint32_t processors_ = 1;  // multiprocessors (CUs): how many items keep the device busy
   DeviceBuffer work_;             // plan, q, partial states, logits, outputs, scores

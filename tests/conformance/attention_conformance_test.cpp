@@ -74,6 +74,18 @@ std::vector<AttentionCase> attention_cases() {
     for (const FormatCase& f : format_cases(128))
       for (const Heads h : {Heads{8, 8}, Heads{8, 4}, Heads{8, 2}, Heads{8, 1}})
         cases.push_back({backend, f, h, 16, 128});
+  // The group sizes of real models that the passes (groups of 1, 2, 4, 8) do not have: SmolLM2's
+  // 3, Qwen2.5's 7, and 5, 6, 12 and 16, padded or split into parts (head_groups.hpp). In the
+  // formats whose kernels differ, on cpu-tbb; the other backends in fp16.
+  const std::vector<std::pair<Heads, std::uint32_t>> groups = {
+      {{9, 3}, 64}, {{14, 2}, 64}, {{15, 3}, 128}, {{12, 2}, 128}, {{24, 2}, 128}, {{16, 1}, 128}};
+  for (const std::string& backend : backend_names())
+    for (const auto& [h, dim] : groups)
+      for (const FormatCase& f : format_cases(dim))
+        if (f.options.empty() &&
+            (f.name == "fp16" ||
+             (backend == "cpu-tbb" && (f.name == "int8-per-token" || f.name == "int4-group"))))
+          cases.push_back({backend, f, h, 16, dim});
   return cases;
 }
 

@@ -1,5 +1,5 @@
 // A model-shaped workload driven through the Cache facade: prefill, then decode steps of
-// reserve -> append (every layer) -> attention (every layer) -> end_step, with every eviction
+// begin_step -> append and attention on every layer -> finish, with every eviction
 // report collected and applied to a shadow of what each sequence should still hold.
 #pragma once
 
@@ -12,7 +12,6 @@
 #include <gtest/gtest.h>
 
 #include "kvcache/cache.hpp"
-#include "kvcache/host_tensor.hpp"
 
 namespace kvcache::testing {
 
@@ -26,37 +25,30 @@ class Workload {
     return id;
   }
 
-  // Reserves `count` tokens for each sequence, appends their K/V on every layer and runs
-  // attention over them (prefill when count > 1). Sequences preempted on the way are skipped.
+  // One step of `count` new tokens for each sequence: their K/V appended on every layer and
+  // attention over them (prefill when count > 1). Sequences preempted by the step's reserve leave
+  // it (Step::sequences()).
   void step(std::vector<SeqId> ids, std::uint32_t count) {
     const std::vector<std::uint32_t> counts(ids.size(), count);
-    note(cache_.reserve(ids, counts));
-    std::erase_if(ids, [&](SeqId id) { return !shadow_.contains(id); });
-    if (ids.empty()) return;
+    Step s = cache_.begin_step(ids, counts);
     const ModelShape& m = cache_.model();
-    const std::vector<std::uint32_t> live_counts(ids.size(), count);
-    for (SeqId id : ids)
+    for (SeqId id : s.sequences())
       for (std::uint32_t t = 0; t < count; ++t) shadow_[id].insert(next_[id]++);
-    const std::size_t rows = ids.size() * count;
+    const auto rows = static_cast<std::int64_t>(s.tokens());
     std::vector<float> k(rows * m.kv_heads * m.head_dim), v(k.size());
     std::vector<float> q(rows * m.q_heads * m.head_dim), out(q.size());
-    std::int64_t kv_shape[3] = {static_cast<std::int64_t>(rows), m.kv_heads, m.head_dim};
-    std::int64_t q_shape[3] = {static_cast<std::int64_t>(rows), m.q_heads, m.head_dim};
-    for (std::uint32_t layer = 0; layer < m.layers; ++layer) {
+    for (std::uint32_t layer = 0; rows > 0 && layer < m.layers; ++layer) {
       for (float& x : k) x = normal_(rng_);
       for (float& x : v) x = normal_(rng_);
       for (float& x : q) x = normal_(rng_);
-      cache_.append(layer, ids, live_counts, host_tensor(k.data(), kv_shape),
-                    host_tensor(v.data(), kv_shape));
-      DLTensor o = host_tensor(out.data(), q_shape);
-      if (count == 1) {
-        cache_.decode(layer, ids, host_tensor(q.data(), q_shape), o);
-      } else {
-        cache_.prefill(layer, ids, live_counts, host_tensor(q.data(), q_shape), o);
-      }
+      s.append(layer, Tensor::host(k.data(), {rows, m.kv_heads, m.head_dim}),
+               Tensor::host(v.data(), {rows, m.kv_heads, m.head_dim}));
+      Tensor o = Tensor::host(out.data(), {rows, m.q_heads, m.head_dim});
+      const Tensor qt = Tensor::host(q.data(), {rows, m.q_heads, m.head_dim});
+      count == 1 ? s.decode(layer, qt, o) : s.prefill(layer, qt, o);
       for (float x : out) ASSERT_TRUE(std::isfinite(x));
     }
-    note(cache_.end_step());
+    note(s.finish());  // begin_step's evictions and the policy's hook
   }
 
   // Every live sequence holds exactly what the shadow says: nothing left unreported.

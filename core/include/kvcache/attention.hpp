@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <vector>
 
 #include <dlpack/dlpack.h>
 
@@ -35,6 +37,26 @@ struct AttentionRequest {
   bool accumulate_scores = false;
 };
 
+// What a step's attention is planned from: an AttentionRequest without the layer and the tensors,
+// for every layer of the step. The queries of sequences[i] are its newest query_counts[i] reserved
+// slots (one each when query_counts is empty: decode).
+struct StepRequest {
+  std::span<const SeqId> sequences;
+  std::span<const std::uint32_t> query_counts;
+  VisibleRanges visible;
+  float scale = 0.0f;
+  bool accumulate_scores = false;
+};
+
+// A step's attention, planned once and run for each layer (FlashInfer's plan/run): a backend keeps
+// here what does not depend on the layer, such as slot spans, work items and, on a GPU, their
+// upload. A plan is made from the sequences' reserved slots; it is valid while they keep their
+// shape (no reserve, drop, release, fork or prefix match in between), and run() refuses it after.
+class StepPlan {
+ public:
+  virtual ~StepPlan() = default;
+};
+
 class Attention {
  public:
   virtual ~Attention() = default;
@@ -42,6 +64,32 @@ class Attention {
   virtual void decode(CacheStore& store, const AttentionRequest& request) = 0;
   // query_counts[i] query tokens for sequences[i], e.g. a prompt chunk just appended.
   virtual void prefill(CacheStore& store, const AttentionRequest& request) = 0;
+
+  // Plans a step. The default keeps a copy of the request for run(), which then calls decode or
+  // prefill per layer: a backend with nothing to share between layers implements neither.
+  virtual std::unique_ptr<StepPlan> plan(CacheStore& store, const StepRequest& request);
+  // One layer of a step planned by this attention: q and out are [queries, q_heads, head_dim].
+  // Every sequence must have all its reserved slots of `layer` written (append, then attend).
+  virtual void run(CacheStore& store, const StepPlan& plan, std::uint32_t layer, const DLTensor& q,
+                   DLTensor& out);
+};
+
+// The plan Attention's default plan() makes: the request, copied.
+class RequestCopy final : public StepPlan {
+ public:
+  explicit RequestCopy(const StepRequest& request);
+  // The request of one layer, viewing this copy.
+  AttentionRequest request(std::uint32_t layer, const DLTensor& q, DLTensor& out) const;
+  bool prefill() const { return !query_counts_.empty(); }
+
+ private:
+  std::vector<SeqId> sequences_;
+  std::vector<std::uint32_t> query_counts_;
+  std::vector<PositionRange> ranges_;
+  std::vector<std::uint32_t> range_counts_;
+  std::uint32_t max_ranges_;
+  float scale_;
+  bool accumulate_scores_;
 };
 
 }  // namespace kvcache

@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <dlpack/dlpack.h>
@@ -15,38 +16,13 @@
 #include "kvcache/cache_store.hpp"
 #include "kvcache/config.hpp"
 #include "kvcache/eviction.hpp"
+#include "kvcache/eviction_report.hpp"
 #include "kvcache/export.hpp"
 #include "kvcache/registry.hpp"
+#include "kvcache/step.hpp"
+#include "kvcache/tensor.hpp"
 
 namespace kvcache {
-
-// What left the cache, so the engine can recompute it.
-struct EvictionReport {
-  std::vector<SeqId> preempted;       // whole sequences, released
-  std::vector<DroppedRange> dropped;  // exactly the positions removed from live sequences
-  std::uint64_t cached_pages_freed = 0;
-  bool empty() const { return preempted.empty() && dropped.empty() && cached_pages_freed == 0; }
-  KVCACHE_API void merge(const EvictionReport& other);
-};
-
-// An operation that failed after evicting something: what was evicted on the way is in
-// report(); it happened and must be acted on.
-class KVCACHE_API EvictionError : public Error {
- public:
-  EvictionError(Code code, const std::string& message, EvictionReport report)
-      : Error(code, message), report_(std::move(report)) {}
-  const EvictionReport& report() const { return report_; }
-
- private:
-  EvictionReport report_;
-};
-
-// A reserve that could not be met even after eviction.
-class KVCACHE_API CacheFull : public EvictionError {
- public:
-  CacheFull(const std::string& message, EvictionReport report)
-      : EvictionError(Code::out_of_memory, message, std::move(report)) {}
-};
 
 // The store a config asks for: model, page size, capacity, prefix caching, K and V formats.
 KVCACHE_API StoreSpec store_spec(const Config& config);
@@ -59,13 +35,19 @@ class KVCACHE_API Cache {
   // Throws Error(unavailable) listing why each preferred backend cannot be used.
   static std::unique_ptr<Cache> open(const Config& config,
                                      std::shared_ptr<const Registry> registry);
+  // The config, the process environment (KVCACHE_*) and the plugins it names, in one call:
+  // `path_or_yaml` is a config file, a YAML text (one holding a ':' or a line break), or empty
+  // for the embedded default. Throws ConfigError for a bad config, with file:line:column.
+  static std::unique_ptr<Cache> open(std::string_view path_or_yaml = {});
   ~Cache();
   Cache(const Cache&) = delete;
   Cache& operator=(const Cache&) = delete;
 
   const std::string& backend() const;
   const ModelShape& model() const;
-  CacheStore& store();
+  // The store, read-only: stats, page tables, positions, gather. Its sequences change through
+  // the Cache alone, which keeps the policy's bookkeeping in step.
+  const CacheStore& store() const;
   StoreStats stats() const;
   std::vector<SeqId> sequences() const;
 
@@ -79,6 +61,14 @@ class KVCACHE_API Cache {
   std::uint64_t match_prefix(SeqId sequence, std::span<const std::int32_t> token_ids);
   void publish_prefix(SeqId sequence, std::span<const std::int32_t> token_ids);
 
+  // One engine step: reserves new_tokens[i] tokens for sequences[i] and plans attention once
+  // for every layer (see kvcache/step.hpp). Throws CacheFull when the tokens do not fit even
+  // after eviction (what was evicted is in its report); nothing is reserved then.
+  [[nodiscard]] Step begin_step(std::span<const SeqId> sequences,
+                                std::span<const std::uint32_t> new_tokens);
+  [[nodiscard]] Step begin_step(SeqId sequence, std::uint32_t new_tokens = 1);
+
+  // The per-layer calls (each plans its own attention; a step plans once for all layers).
   // Room for tokens[i] more tokens in sequences[i]. When memory is short the eviction policy
   // chooses what goes, which may include sequences of this batch (then reported and skipped).
   // Throws CacheFull when it still does not fit.

@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 #define KVC_ABI_MAJOR 1
-#define KVC_ABI_MINOR 3
+#define KVC_ABI_MINOR 4
 #define KVC_ENTRY_SYMBOL "kvcache_plugin_entry"
 
 /* ---- status ------------------------------------------------------------------------------- */
@@ -345,12 +345,36 @@ typedef struct kvc_attention_args {
   uint32_t reserved;
 } kvc_attention_args;
 
+/* ABI 1.4: what a step's attention is planned from (see kvcache::StepRequest): the sequences,
+ * their query counts (NULL for decode) and the mask's ranges, for every layer of the step. The
+ * arrays are read during plan only: a plan copies what it keeps. */
+typedef struct kvc_step_args {
+  uint32_t struct_size;
+  uint32_t accumulate_scores;
+  const uint64_t* sequences;
+  uint64_t n_sequences;
+  const uint32_t* query_counts;
+  const kvc_range* ranges;
+  const uint32_t* range_counts;
+  uint64_t n_queries;
+  uint32_t max_ranges;
+  float scale;
+} kvc_step_args;
+
 typedef struct kvc_attention_table {
   uint32_t struct_size;
   void (*destroy)(void* attention);
   /* store: a store made by the same plugin's backend. */
   int32_t (*decode)(void* attention, void* store, const kvc_attention_args* args, kvc_error* err);
   int32_t (*prefill)(void* attention, void* store, const kvc_attention_args* args, kvc_error* err);
+  /* ABI 1.4 (a 1.3 table ends before them; all three or none): a step planned once and run per
+     layer. The plan is the backend's, valid until destroy_plan, and run refuses it once the
+     store's sequences changed shape. Without them the host runs decode or prefill per layer. */
+  int32_t (*plan)(void* attention, void* store, const kvc_step_args* args, void** plan,
+                  kvc_error* err);
+  int32_t (*run)(void* attention, void* store, void* plan, uint32_t layer, const DLTensor* q,
+                 DLTensor* out, kvc_error* err);
+  void (*destroy_plan)(void* attention, void* plan);
 } kvc_attention_table;
 
 /* ---- backends ----------------------------------------------------------------------------- */

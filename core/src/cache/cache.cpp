@@ -1,6 +1,9 @@
 #include "kvcache/cache.hpp"
 
+#include "cache/cache_impl.hpp"
+
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <unordered_map>
@@ -10,154 +13,12 @@
 #include "kvcache/formats.hpp"
 
 namespace kvcache {
-namespace {
-
-struct SequenceInfo {
-  std::int32_t priority = 50;
-  std::uint64_t created_step = 0;
-  std::uint64_t last_used_step = 0;
-  Position next_position = 0;
-};
-
-}  // namespace
 
 void EvictionReport::merge(const EvictionReport& other) {
   preempted.insert(preempted.end(), other.preempted.begin(), other.preempted.end());
   dropped.insert(dropped.end(), other.dropped.begin(), other.dropped.end());
   cached_pages_freed += other.cached_pages_freed;
 }
-
-struct Cache::Impl {
-  std::shared_ptr<const Registry> registry;
-  std::string backend_name;
-  ModelShape model;
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<CacheStore> store;
-  std::unique_ptr<Attention> attention;
-  std::unique_ptr<AttentionMask> mask;
-  std::unique_ptr<EvictionPolicy> policy;  // null: no eviction
-  std::map<SeqId, SequenceInfo> sequences;
-  std::uint64_t step = 0;
-  std::uint32_t page_size = 0;
-
-  SequenceInfo& info(SeqId id) {
-    const auto it = sequences.find(id);
-    if (it == sequences.end()) throw Error(Code::not_found, "no sequence " + std::to_string(id));
-    return it->second;
-  }
-
-  // Per-token detail for the policy, read from the store on demand.
-  class StoreTokens final : public TokenSource {
-   public:
-    explicit StoreTokens(const CacheStore& store) : store_(store) {}
-    TokenDetail tokens(SeqId id) const override {
-      auto& cached = cache_[id];
-      if (cached.first.empty()) {
-        cached.first = store_.positions(id);
-        cached.second = store_.scores(id);
-      }
-      return {cached.first, cached.second};
-    }
-
-   private:
-    const CacheStore& store_;
-    mutable std::unordered_map<SeqId, std::pair<std::vector<Position>, std::vector<float>>> cache_;
-  };
-
-  template <class Decide>
-  EvictionReport consult(Decide&& decide) {
-    std::vector<SequenceState> states;
-    const StoreStats st = store->stats();
-    for (const auto& [id, s] : sequences) {
-      const std::uint64_t tokens = store->length(id);
-      states.push_back({id, tokens, (tokens + page_size - 1) / page_size, s.priority,
-                        s.created_step, s.last_used_step, s.next_position});
-    }
-    const StoreTokens tokens(*store);
-    const CacheState state{page_size,       step,   st.total_pages, st.free_pages,
-                           st.cached_pages, states, &tokens};
-    return apply(decide(state));
-  }
-
-  // Carries out a plan and reports exactly what it removed. If a step fails, what was already
-  // done is reported through EvictionError, never lost.
-  EvictionReport apply(const EvictionPlan& plan) {
-    EvictionReport report;
-    try {
-      if (plan.free_cached_pages > 0)
-        report.cached_pages_freed = store->evict_cached(plan.free_cached_pages);
-      for (SeqId id : plan.preempt) {
-        if (!sequences.contains(id)) continue;
-        store->release(id);
-        sequences.erase(id);
-        report.preempted.push_back(id);
-      }
-      std::map<SeqId, std::vector<PositionRange>> drops;
-      for (const DroppedRange& d : plan.drop)
-        if (sequences.contains(d.sequence)) drops[d.sequence].push_back(d.range);
-      for (const auto& [id, ranges] : drops) {
-        const std::vector<Position> before = store->positions(id);
-        store->drop(id, ranges);
-        const std::vector<Position> after = store->positions(id);
-        std::vector<Position> gone;
-        std::set_difference(before.begin(), before.end(), after.begin(), after.end(),
-                            std::back_inserter(gone));
-        for (const PositionRange& r : ranges_of(gone)) report.dropped.push_back({id, r});
-      }
-    } catch (const EvictionError&) {
-      throw;
-    } catch (const Error& e) {
-      throw EvictionError(e.code(), std::string("applying the eviction plan: ") + e.what(),
-                          std::move(report));
-    }
-    return report;
-  }
-
-  // Pages a reserve of these tokens needs beyond what is free or cached.
-  std::uint64_t shortfall(std::span<const SeqId> ids, std::span<const std::uint32_t> tokens) {
-    std::uint64_t needed = 0;
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      const std::uint64_t length = store->length(ids[i]);
-      needed += (length + tokens[i] + page_size - 1) / page_size -
-                (length + page_size - 1) / page_size + 1;
-    }
-    const StoreStats st = store->stats();
-    const std::uint64_t available = st.free_pages + st.cached_pages;
-    return needed > available ? needed - available : 1;
-  }
-
-  // Query ranges under the mask for the given query positions.
-  void ranges_for(const std::vector<Position>& queries, std::vector<PositionRange>& ranges,
-                  std::vector<std::uint32_t>& counts) const {
-    const std::uint32_t max = mask->describe().max_ranges;
-    ranges.assign(queries.size() * max, {});
-    counts.assign(queries.size(), 0);
-    mask->visible(queries, ranges, counts);
-  }
-
-  void attend(std::uint32_t layer, std::span<const SeqId> ids,
-              std::span<const std::uint32_t> counts, const DLTensor& q, DLTensor& out) {
-    std::vector<Position> queries;
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      SequenceInfo& s = info(ids[i]);
-      s.last_used_step = step;
-      const std::uint32_t n = counts.empty() ? 1 : counts[i];
-      for (std::uint32_t j = 0; j < n; ++j) queries.push_back(s.next_position - n + j);
-    }
-    std::vector<PositionRange> ranges;
-    std::vector<std::uint32_t> range_counts;
-    ranges_for(queries, ranges, range_counts);
-    AttentionRequest request;
-    request.layer = layer;
-    request.sequences = ids;
-    request.query_counts = counts;
-    request.q = &q;
-    request.out = &out;
-    request.visible = {ranges, range_counts, mask->describe().max_ranges};
-    request.accumulate_scores = policy && policy->wants_scores();
-    counts.empty() ? attention->decode(*store, request) : attention->prefill(*store, request);
-  }
-};
 
 Cache::Cache(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Cache::~Cache() = default;
@@ -222,13 +83,23 @@ std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const R
   return std::unique_ptr<Cache>(new Cache(std::move(impl)));
 }
 
+std::unique_ptr<Cache> Cache::open(std::string_view path_or_yaml) {
+  const Environment env = process_environment();
+  const bool yaml = path_or_yaml.find_first_of(":\n") != std::string_view::npos &&
+                    !std::filesystem::exists(std::filesystem::path(path_or_yaml));
+  const Config config = path_or_yaml.empty() ? default_config(env)
+                        : yaml               ? parse_config(path_or_yaml, "<yaml text>", env)
+                               : load_config(std::filesystem::path(path_or_yaml), env);
+  return open(config, Registry::load(config.plugins));
+}
+
 const std::string& Cache::backend() const {
   return impl_->backend_name;
 }
 const ModelShape& Cache::model() const {
   return impl_->model;
 }
-CacheStore& Cache::store() {
+const CacheStore& Cache::store() const {
   return *impl_->store;
 }
 StoreStats Cache::stats() const {
@@ -251,12 +122,14 @@ SeqId Cache::add_sequence(std::int32_t priority) {
 }
 
 void Cache::release(SeqId id) {
+  impl_->refuse_during_step("release");
   impl_->info(id);
   impl_->store->release(id);
   impl_->sequences.erase(id);
 }
 
 SeqId Cache::fork(SeqId parent) {
+  impl_->refuse_during_step("fork");
   const SequenceInfo s = impl_->info(parent);
   const SeqId id = impl_->store->fork(parent);
   impl_->sequences[id] = {s.priority, impl_->step, impl_->step, s.next_position};
@@ -264,6 +137,7 @@ SeqId Cache::fork(SeqId parent) {
 }
 
 std::uint64_t Cache::match_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
+  impl_->refuse_during_step("match_prefix");
   SequenceInfo& s = impl_->info(id);
   const std::uint64_t matched = impl_->store->match_prefix(id, token_ids);
   s.next_position = static_cast<Position>(matched);
@@ -276,25 +150,19 @@ void Cache::publish_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
   impl_->store->publish_prefix(id, token_ids);
 }
 
-EvictionReport Cache::reserve(std::span<const SeqId> ids, std::span<const std::uint32_t> tokens) {
-  if (ids.size() != tokens.size())
-    throw Error(Code::invalid_argument, "reserve: sequences and token counts differ");
-  for (SeqId id : ids) impl_->info(id);
-  std::vector<SeqId> batch(ids.begin(), ids.end());
-  std::vector<std::uint32_t> counts(tokens.begin(), tokens.end());
+EvictionReport Cache::Impl::reserve(std::vector<SeqId>& batch, std::vector<std::uint32_t>& counts) {
   EvictionReport report;
   for (;;) {
     try {
-      impl_->store->reserve(batch, counts);
+      store->reserve(batch, counts);
       break;
     } catch (const Error& e) {
       if (e.code() != Code::out_of_memory) throw;
-      if (!impl_->policy) throw CacheFull(e.what(), report);
-      const std::uint64_t needed = impl_->shortfall(batch, counts);
+      if (!policy) throw CacheFull(e.what(), report);
+      const std::uint64_t needed = shortfall(batch, counts);
       EvictionReport step_report;
       try {
-        step_report = impl_->consult(
-            [&](const CacheState& s) { return impl_->policy->on_pressure(s, needed); });
+        step_report = consult([&](const CacheState& s) { return policy->on_pressure(s, needed); });
       } catch (const EvictionError& partial) {  // keep what earlier rounds evicted, too
         report.merge(partial.report());
         throw EvictionError(partial.code(), partial.what(), std::move(report));
@@ -304,38 +172,50 @@ EvictionReport Cache::reserve(std::span<const SeqId> ids, std::span<const std::u
       report.merge(step_report);
       // Preempted members of this batch are no longer reserved for.
       for (std::size_t i = batch.size(); i-- > 0;) {
-        if (!impl_->sequences.contains(batch[i])) {
+        if (!sequences.contains(batch[i])) {
           batch.erase(batch.begin() + static_cast<std::ptrdiff_t>(i));
           counts.erase(counts.begin() + static_cast<std::ptrdiff_t>(i));
         }
       }
     }
   }
-  for (std::size_t i = 0; i < batch.size(); ++i) impl_->info(batch[i]).next_position += counts[i];
+  for (std::size_t i = 0; i < batch.size(); ++i) info(batch[i]).next_position += counts[i];
   return report;
+}
+
+EvictionReport Cache::reserve(std::span<const SeqId> ids, std::span<const std::uint32_t> tokens) {
+  impl_->refuse_during_step("reserve");
+  if (ids.size() != tokens.size())
+    throw Error(Code::invalid_argument, "reserve: sequences and token counts differ");
+  for (SeqId id : ids) impl_->info(id);
+  std::vector<SeqId> batch(ids.begin(), ids.end());
+  std::vector<std::uint32_t> counts(tokens.begin(), tokens.end());
+  return impl_->reserve(batch, counts);
 }
 
 void Cache::append(std::uint32_t layer, std::span<const SeqId> ids,
                    std::span<const std::uint32_t> counts, const DLTensor& k, const DLTensor& v) {
+  impl_->refuse_during_step("append");
   impl_->store->append(layer, ids, counts, k, v);
 }
 
 void Cache::decode(std::uint32_t layer, std::span<const SeqId> ids, const DLTensor& q,
                    DLTensor& out) {
+  impl_->refuse_during_step("decode");
   impl_->attend(layer, ids, {}, q, out);
 }
 
 void Cache::prefill(std::uint32_t layer, std::span<const SeqId> ids,
                     std::span<const std::uint32_t> counts, const DLTensor& q, DLTensor& out) {
+  impl_->refuse_during_step("prefill");
   if (counts.size() != ids.size())
     throw Error(Code::invalid_argument, "prefill: one query count per sequence");
   impl_->attend(layer, ids, counts, q, out);
 }
 
 EvictionReport Cache::end_step() {
-  ++impl_->step;
-  if (!impl_->policy) return {};
-  return impl_->consult([&](const CacheState& s) { return impl_->policy->after_step(s); });
+  impl_->refuse_during_step("end_step");
+  return impl_->after_step();
 }
 
 }  // namespace kvcache

@@ -1,5 +1,6 @@
 #include "kvcache/paging/attention_plan.hpp"
 
+#include <span>
 #include <string>
 
 #include "kvcache/status.hpp"
@@ -34,32 +35,29 @@ std::uint64_t lower_slot(const PageBook& book, const PageBook::Sequence& s, std:
   return lo;
 }
 
-}  // namespace
-
-AttentionPlan plan_attention(const PageBook& book, const AttentionRequest& r, bool prefill) {
-  const ModelShape& m = book.spec().model;
-  if (prefill != !r.query_counts.empty())
-    throw Error(Code::invalid_argument,
-                prefill ? "prefill needs query_counts" : "decode takes no query_counts");
-  if (prefill && r.query_counts.size() != r.sequences.size())
+// The slot spans of every query. `slots(s)`: the slots of sequence s attended over.
+template <class Slots>
+AttentionPlan plan_spans(const PageBook& book, std::span<const SeqId> sequences,
+                         std::span<const std::uint32_t> query_counts, const VisibleRanges& v,
+                         Slots&& slots) {
+  const bool prefill = !query_counts.empty();
+  if (prefill && query_counts.size() != sequences.size())
     throw Error(Code::invalid_argument, "one query count per sequence");
-  book.check_layer(r.layer);
   AttentionPlan plan;
-  for (std::size_t i = 0; i < r.sequences.size(); ++i) {
-    const PageBook::Sequence& s = book.find(r.sequences[i]);
-    plan.written.push_back(s.written[r.layer]);
-    const std::uint32_t n = prefill ? r.query_counts[i] : 1;
-    if (n > s.written[r.layer])
-      throw Error(Code::invalid_argument, "sequence " + std::to_string(r.sequences[i]) +
-                                              " has only " + std::to_string(s.written[r.layer]) +
+  plan.generation = book.generation();
+  plan.sequences.assign(sequences.begin(), sequences.end());
+  for (std::size_t i = 0; i < sequences.size(); ++i) {
+    const PageBook::Sequence& s = book.find(sequences[i]);
+    plan.written.push_back(slots(s));
+    const std::uint32_t n = prefill ? query_counts[i] : 1;
+    if (n > plan.written.back())
+      throw Error(Code::invalid_argument, "sequence " + std::to_string(sequences[i]) +
+                                              " has only " + std::to_string(plan.written.back()) +
                                               " written slots for " + std::to_string(n) +
                                               (n == 1 ? " query" : " queries"));
     plan.query_sequence.insert(plan.query_sequence.end(), n, i);
   }
   plan.queries = plan.query_sequence.size();
-  check_shape(r.q, "q", plan.queries, m);
-  check_shape(r.out, "out", plan.queries, m);
-  const VisibleRanges& v = r.visible;
   if (v.max_ranges == 0 || v.counts.size() != plan.queries ||
       v.ranges.size() < plan.queries * v.max_ranges)
     throw Error(Code::invalid_argument,
@@ -68,7 +66,7 @@ AttentionPlan plan_attention(const PageBook& book, const AttentionRequest& r, bo
   plan.visible.resize(plan.queries);
   for (std::uint64_t i = 0; i < plan.queries; ++i) {
     const std::size_t seq = plan.query_sequence[i];
-    const PageBook::Sequence& s = book.find(r.sequences[seq]);
+    const PageBook::Sequence& s = book.find(sequences[seq]);
     if (v.counts[i] > v.max_ranges)
       throw Error(Code::invalid_argument, "visible ranges of query " + std::to_string(i) + ": " +
                                               std::to_string(v.counts[i]) +
@@ -94,6 +92,47 @@ AttentionPlan plan_attention(const PageBook& book, const AttentionRequest& r, bo
     }
   }
   return plan;
+}
+
+}  // namespace
+
+AttentionPlan plan_attention(const PageBook& book, const AttentionRequest& r, bool prefill) {
+  if (prefill != !r.query_counts.empty())
+    throw Error(Code::invalid_argument,
+                prefill ? "prefill needs query_counts" : "decode takes no query_counts");
+  book.check_layer(r.layer);
+  AttentionPlan plan = plan_spans(book, r.sequences, r.query_counts, r.visible,
+                                  [&](const PageBook::Sequence& s) { return s.written[r.layer]; });
+  const ModelShape& m = book.spec().model;
+  check_shape(r.q, "q", plan.queries, m);
+  check_shape(r.out, "out", plan.queries, m);
+  return plan;
+}
+
+AttentionPlan plan_step(const PageBook& book, const StepRequest& r) {
+  return plan_spans(book, r.sequences, r.query_counts, r.visible,
+                    [](const PageBook::Sequence& s) { return s.length; });
+}
+
+void check_step_layer(const PageBook& book, const AttentionPlan& plan, std::uint32_t layer,
+                      const DLTensor& q, const DLTensor& out) {
+  if (book.generation() != plan.generation)
+    throw Error(Code::invalid_argument,
+                "the step's plan is stale: the store's sequences changed shape since it was made "
+                "(reserve, drop, release or prefix match); plan the step again");
+  book.check_layer(layer);
+  for (std::size_t i = 0; i < plan.sequences.size(); ++i) {
+    const std::uint64_t written = book.find(plan.sequences[i]).written[layer];
+    if (written != plan.written[i])
+      throw Error(Code::invalid_argument,
+                  "layer " + std::to_string(layer) + " of sequence " +
+                      std::to_string(plan.sequences[i]) + " has " + std::to_string(written) +
+                      " written slots, the step planned for " + std::to_string(plan.written[i]) +
+                      ": append the layer before its attention");
+  }
+  const ModelShape& m = book.spec().model;
+  check_shape(&q, "q", plan.queries, m);
+  check_shape(&out, "out", plan.queries, m);
 }
 
 }  // namespace kvcache::paging

@@ -134,6 +134,7 @@ std::uint16_t* PageBook::residual_row(Sequence& s, std::uint32_t layer, std::uin
 
 void PageBook::release(SeqId id) {
   Sequence& s = find(id);
+  ++generation_;
   // Last page first: it becomes the least recently cached, so a prefix chain is reclaimed from
   // its leaf and its root stays matchable longest.
   for (auto p = s.pages.rbegin(); p != s.pages.rend(); ++p) release_page(*p);
@@ -175,6 +176,7 @@ void PageBook::reserve(std::span<const SeqId> ids, std::span<const std::uint32_t
                 "reserve needs " + pages_text(needed) + ", " + std::to_string(available) +
                     " available (" + std::to_string(pool_.free_count()) + " free, " +
                     std::to_string(pool_.cached_count()) + " cached); nothing was reserved");
+  ++generation_;
   for (const auto& [id, n] : growth) {
     Sequence& s = sequences_.at(id);
     if (n == 0) continue;
@@ -216,6 +218,7 @@ std::vector<PageBook::Sequence*> PageBook::check_append(std::uint32_t layer,
 
 std::uint64_t PageBook::drop(SeqId id, std::span<const PositionRange> ranges) {
   Sequence& s = find(id);
+  ++generation_;
   for (const bool value : {false, true})
     if (token_group(value) != 0)
       throw Error(Code::unsupported, "cannot drop tokens stored as " +
@@ -312,6 +315,7 @@ void PageBook::publish_prefix(SeqId id, std::span<const std::int32_t> token_ids)
 
 std::uint64_t PageBook::match_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
   Sequence& s = find(id);
+  ++generation_;
   if (s.length != 0)
     throw Error(Code::invalid_argument, "match_prefix needs an empty sequence; sequence " +
                                             std::to_string(id) + " holds " +

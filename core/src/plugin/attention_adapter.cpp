@@ -5,30 +5,83 @@
 namespace kvcache::plugin {
 namespace {
 
+// A plan the plugin made (ABI 1.4), freed by it.
+class HostPlan final : public StepPlan {
+ public:
+  HostPlan(const PluginInstance<kvc_attention_table>& attention, void* handle)
+      : attention_(attention), handle_(handle) {}
+  ~HostPlan() override { attention_.table().destroy_plan(attention_.handle(), handle_); }
+  HostPlan(const HostPlan&) = delete;
+  HostPlan& operator=(const HostPlan&) = delete;
+  const PluginInstance<kvc_attention_table>& attention() const { return attention_; }
+  void* handle() const { return handle_; }
+
+ private:
+  const PluginInstance<kvc_attention_table>& attention_;
+  void* handle_;
+};
+
 class HostAttention final : public Attention {
  public:
   explicit HostAttention(std::unique_ptr<PluginInstance<kvc_attention_table>> instance)
-      : a_(std::move(instance)) {}
+      : a_(std::move(instance)),
+        plans_(a_->has(&kvc_attention_table::plan) && a_->has(&kvc_attention_table::run) &&
+               a_->has(&kvc_attention_table::destroy_plan)) {}
 
   void decode(CacheStore& store, const AttentionRequest& request) override {
-    run(&kvc_attention_table::decode, store, request);
+    call(&kvc_attention_table::decode, store, request);
   }
   void prefill(CacheStore& store, const AttentionRequest& request) override {
-    run(&kvc_attention_table::prefill, store, request);
+    call(&kvc_attention_table::prefill, store, request);
+  }
+
+  // A plugin of ABI 1.4 plans the step itself; an older one gets the default plan, which runs
+  // its per-layer decode or prefill for each layer.
+  std::unique_ptr<StepPlan> plan(CacheStore& store, const StepRequest& r) override {
+    if (!plans_) return Attention::plan(store, r);
+    check(r.sequences.size(), r.query_counts.size(), r.visible);
+    const kvc_step_args args{sizeof(kvc_step_args),
+                             r.accumulate_scores ? 1u : 0u,
+                             r.sequences.data(),
+                             r.sequences.size(),
+                             r.query_counts.empty() ? nullptr : r.query_counts.data(),
+                             reinterpret_cast<const kvc_range*>(r.visible.ranges.data()),
+                             r.visible.counts.data(),
+                             r.visible.counts.size(),
+                             r.visible.max_ranges,
+                             r.scale};
+    void* handle = nullptr;
+    a_->call(&kvc_attention_table::plan, store_handle(store, *a_->library()), &args, &handle);
+    if (handle == nullptr) throw Error(Code::internal, a_->who() + ": plan made no plan");
+    return std::make_unique<HostPlan>(*a_, handle);
+  }
+
+  void run(CacheStore& store, const StepPlan& plan, std::uint32_t layer, const DLTensor& q,
+           DLTensor& out) override {
+    const auto* made = dynamic_cast<const HostPlan*>(&plan);
+    if (made == nullptr) return Attention::run(store, plan, layer, q, out);
+    if (&made->attention() != a_.get())
+      throw Error(Code::invalid_argument, a_->who() + ": the plan is another attention's");
+    a_->call(&kvc_attention_table::run, store_handle(store, *a_->library()), made->handle(), layer,
+             &q, &out);
   }
 
  private:
+  void check(std::size_t sequences, std::size_t query_counts, const VisibleRanges& visible) const {
+    if (visible.max_ranges == 0 ||
+        visible.ranges.size() < visible.counts.size() * visible.max_ranges)
+      throw Error(Code::invalid_argument, a_->who() + ": visible ranges hold fewer than " +
+                                              std::to_string(visible.max_ranges) + " per query");
+    if (query_counts != 0 && query_counts != sequences)
+      throw Error(Code::invalid_argument, a_->who() + ": one query count per sequence");
+  }
+
   template <class Fn>
-  void run(Fn kvc_attention_table::*fn, CacheStore& store, const AttentionRequest& r) {
+  void call(Fn kvc_attention_table::*fn, CacheStore& store, const AttentionRequest& r) {
     if (r.q == nullptr || r.out == nullptr)
       throw Error(Code::invalid_argument, a_->who() + ": q and out are required");
-    if (r.visible.max_ranges == 0 ||
-        r.visible.ranges.size() < r.visible.counts.size() * r.visible.max_ranges)
-      throw Error(Code::invalid_argument, a_->who() + ": visible ranges hold fewer than " +
-                                              std::to_string(r.visible.max_ranges) + " per query");
+    check(r.sequences.size(), r.query_counts.size(), r.visible);
     const bool prefill = !r.query_counts.empty();
-    if (prefill && r.query_counts.size() != r.sequences.size())
-      throw Error(Code::invalid_argument, a_->who() + ": one query count per sequence");
     const kvc_attention_args args{sizeof(kvc_attention_args),
                                   r.layer,
                                   r.sequences.data(),
@@ -48,6 +101,7 @@ class HostAttention final : public Attention {
   }
 
   std::unique_ptr<PluginInstance<kvc_attention_table>> a_;
+  bool plans_;  // the table has plan, run and destroy_plan
 };
 
 }  // namespace

@@ -56,7 +56,7 @@ class HostBackend final : public Backend {
     const kvc_attention_table* table = nullptr;
     void* attention = nullptr;
     instance_->call(&kvc_backend_table::create_attention, &table, &attention);
-    check_made(table, attention, "attention", sizeof(kvc_attention_table));
+    check_made(table, attention, "attention", offsetof(kvc_attention_table, plan));
     return make_attention(instance_->library(), table, attention, instance_->who() + " attention");
   }
 

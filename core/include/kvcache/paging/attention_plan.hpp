@@ -17,8 +17,12 @@ struct SlotSpan {
 
 struct AttentionPlan {
   std::uint64_t queries = 0;
-  std::vector<std::size_t> query_sequence;  // index into request.sequences, per query
-  std::vector<std::uint64_t> written;       // per sequence: written slots of the layer
+  std::vector<SeqId> sequences;
+  std::vector<std::size_t> query_sequence;  // index into sequences, per query
+  // Per sequence: the slots attended over, the written slots of the layer (a step's plan: the
+  // reserved slots, which every layer must have written when it runs).
+  std::vector<std::uint64_t> written;
+  std::uint64_t generation = 0;  // the book's, when planned
   // Per query: its visible slots, ascending and non-empty.
   std::vector<std::vector<SlotSpan>> visible;
   std::uint64_t visible_slots(std::uint64_t query) const {
@@ -34,5 +38,13 @@ struct AttentionPlan {
 // out of range, missing q or out, or a q/out shape other than [queries, q_heads, head_dim]
 // (row-major; dtype and device are the backend's to check).
 AttentionPlan plan_attention(const PageBook& book, const AttentionRequest& request, bool prefill);
+
+// A step's plan, for every layer: the same checks but of the tensors, over the reserved slots.
+AttentionPlan plan_step(const PageBook& book, const StepRequest& request);
+// Before a layer runs on a step's plan: Error(invalid_argument) when the book's sequences changed
+// shape since it was planned, or a sequence's `layer` has fewer written slots than it planned for
+// (attention before append); and the q and out shapes of plan_attention.
+void check_step_layer(const PageBook& book, const AttentionPlan& plan, std::uint32_t layer,
+                      const DLTensor& q, const DLTensor& out);
 
 }  // namespace kvcache::paging

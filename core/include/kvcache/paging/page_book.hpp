@@ -98,6 +98,10 @@ class PageBook {
     return residual_row(const_cast<Sequence&>(s), layer, head, value, slot);
   }
 
+  // Counts the calls that change the shape of sequences (reserve, drop, release, prefix match):
+  // a step's plan made at one generation is stale at any other.
+  std::uint64_t generation() const { return generation_; }
+
   Sequence& find(SeqId id);
   const Sequence& find(SeqId id) const;
   void check_layer(std::uint32_t layer) const;
@@ -126,6 +130,7 @@ class PageBook {
   std::vector<std::uint32_t> fill_;  // occupied slots per page
   std::unordered_map<SeqId, Sequence> sequences_;
   SeqId next_id_ = 1;
+  std::uint64_t generation_ = 0;
 };
 
 }  // namespace kvcache::paging

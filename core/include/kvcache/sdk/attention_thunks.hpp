@@ -11,6 +11,12 @@
 namespace kvcache::sdk::detail {
 
 struct AttentionThunks {
+  static VisibleRanges visible(const kvc_range* ranges, const std::uint32_t* counts,
+                               std::uint64_t queries, std::uint32_t max_ranges) {
+    return {std::span<const PositionRange>(reinterpret_cast<const PositionRange*>(ranges),
+                                           queries * max_ranges),
+            std::span<const std::uint32_t>(counts, queries), max_ranges};
+  }
   static AttentionRequest request(const kvc_attention_args& a) {
     AttentionRequest r;
     r.layer = a.layer;
@@ -19,10 +25,7 @@ struct AttentionThunks {
       r.query_counts = std::span<const std::uint32_t>(a.query_counts, a.n_sequences);
     r.q = a.q;
     r.out = a.out;
-    r.visible.ranges = std::span<const PositionRange>(
-        reinterpret_cast<const PositionRange*>(a.ranges), a.n_queries * a.max_ranges);
-    r.visible.counts = std::span<const std::uint32_t>(a.range_counts, a.n_queries);
-    r.visible.max_ranges = a.max_ranges;
+    r.visible = visible(a.ranges, a.range_counts, a.n_queries, a.max_ranges);
     r.scale = a.scale;
     r.accumulate_scores = a.accumulate_scores != 0;
     return r;
@@ -38,8 +41,31 @@ struct AttentionThunks {
                          kvc_error* err) noexcept {
     return guard(err, [&] { self(a).prefill(store(s), request(*args)); });
   }
-  static constexpr kvc_attention_table table{sizeof(kvc_attention_table), &destroy, &decode,
-                                             &prefill};
+  static StepRequest step_request(const kvc_step_args& a) {
+    StepRequest r;
+    r.sequences = std::span<const SeqId>(a.sequences, a.n_sequences);
+    if (a.query_counts != nullptr)
+      r.query_counts = std::span<const std::uint32_t>(a.query_counts, a.n_sequences);
+    r.visible = visible(a.ranges, a.range_counts, a.n_queries, a.max_ranges);
+    r.scale = a.scale;
+    r.accumulate_scores = a.accumulate_scores != 0;
+    return r;
+  }
+  static int32_t plan(void* a, void* s, const kvc_step_args* args, void** out,
+                      kvc_error* err) noexcept {
+    return guard(err, [&] { *out = self(a).plan(store(s), step_request(*args)).release(); });
+  }
+  static int32_t run(void* a, void* s, void* plan, uint32_t layer, const DLTensor* q, DLTensor* out,
+                     kvc_error* err) noexcept {
+    return guard(err, [&] {
+      if (plan == nullptr || q == nullptr || out == nullptr)
+        throw Error(Code::invalid_argument, "run: plan, q and out are required");
+      self(a).run(store(s), *static_cast<const StepPlan*>(plan), layer, *q, *out);
+    });
+  }
+  static void destroy_plan(void*, void* plan) noexcept { delete static_cast<StepPlan*>(plan); }
+  static constexpr kvc_attention_table table{
+      sizeof(kvc_attention_table), &destroy, &decode, &prefill, &plan, &run, &destroy_plan};
 };
 
 }  // namespace kvcache::sdk::detail

@@ -1,0 +1,64 @@
+// One step of an engine through the Cache, planned once and run for every layer (see
+// docs/engine-step.md):
+//
+//   Step step = cache.begin_step(sequences, new_tokens);  // reserve, positions, mask, plan
+//   for (layer...) { step.append(layer, k, v); step.decode(layer, q, out); }
+//   EvictionReport report = step.finish();                 // the policy's proactive hook
+//
+// begin_step reserves all or nothing (evicting per the policy; what it evicted is report() at
+// once, and members of the batch it preempted leave the step: sequences() is the batch the
+// tensors follow). Out-of-order calls (attention before append on a layer, a layer twice, any
+// call after finish) throw Error(invalid_argument) and change nothing. While a step is open the
+// Cache refuses calls that would change its sequences' shape (reserve, release, fork, prefix match,
+// another step, the per-layer calls). A Step must not outlive its Cache.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include <dlpack/dlpack.h>
+
+#include "kvcache/eviction_report.hpp"
+#include "kvcache/export.hpp"
+#include "kvcache/types.hpp"
+
+namespace kvcache {
+
+class KVCACHE_API Step {
+ public:
+  Step(Step&&) noexcept;
+  Step& operator=(Step&&) noexcept;
+  // A step dropped before finish() closes without the policy's hook; layers left unwritten stay
+  // so (the next step's attention refuses them).
+  ~Step();
+
+  // The batch, in the order of the tensors' rows, and each member's new tokens.
+  std::span<const SeqId> sequences() const;
+  std::span<const std::uint32_t> new_tokens() const;
+  // Rows of append's k and v, and of prefill's q and out: the sum of new_tokens().
+  std::uint64_t tokens() const;
+  // What begin_step's reserve evicted (empty when memory sufficed).
+  const EvictionReport& report() const;
+
+  // K and V of `layer` for the step's new tokens: [tokens(), kv_heads, head_dim].
+  void append(std::uint32_t layer, const DLTensor& k, const DLTensor& v);
+  // One query per sequence, its newest token: [sequences, q_heads, head_dim]. Only for a step of
+  // one new token per sequence.
+  void decode(std::uint32_t layer, const DLTensor& q, DLTensor& out);
+  // The queries of every new token: [tokens(), q_heads, head_dim].
+  void prefill(std::uint32_t layer, const DLTensor& q, DLTensor& out);
+  // Ends the step: every layer must have been appended (unless the step has no tokens). Runs the
+  // policy's proactive hook and returns all that the step evicted, begin_step's report included.
+  [[nodiscard]] EvictionReport finish();
+
+  struct State;
+
+ private:
+  friend class Cache;
+  explicit Step(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace kvcache

@@ -1,0 +1,164 @@
+#include "kvcache/step.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+#include <string>
+
+#include "cache/cache_impl.hpp"
+
+namespace kvcache {
+
+struct Step::State {
+  Cache::Impl* cache = nullptr;
+  std::vector<SeqId> sequences;
+  std::vector<std::uint32_t> new_tokens;
+  std::uint64_t tokens = 0;
+  bool one_each = true;  // one new token per sequence: decode may run
+  EvictionReport report;
+  std::unique_ptr<StepPlan> plan;
+  enum class Layer : std::uint8_t { untouched, appended, attended };
+  std::vector<Layer> layers;
+  bool finished = false;
+
+  void check_open(const char* call) const {
+    if (finished) throw Error(Code::invalid_argument, std::string(call) + ": the step is finished");
+  }
+  Layer& layer(const char* call, std::uint32_t index) {
+    check_open(call);
+    if (index >= layers.size())
+      throw Error(Code::invalid_argument, std::string(call) + ": layer " + std::to_string(index) +
+                                              " out of range (the model has " +
+                                              std::to_string(layers.size()) + ")");
+    return layers[index];
+  }
+  void attend(const char* call, std::uint32_t index, const DLTensor& q, DLTensor& out) {
+    Layer& state = layer(call, index);
+    if (state != Layer::appended)
+      throw Error(Code::invalid_argument,
+                  std::string(call) + ": layer " + std::to_string(index) +
+                      (state == Layer::untouched ? " has not been appended in this step"
+                                                 : " was already attended in this step"));
+    cache->attention->run(*cache->store, *plan, index, q, out);
+    state = Layer::attended;
+  }
+};
+
+Step::Step(std::unique_ptr<State> state) : state_(std::move(state)) {}
+Step::Step(Step&&) noexcept = default;
+Step& Step::operator=(Step&& other) noexcept {
+  if (this != &other) {
+    Step dropped(std::move(*this));  // closes the step this one held
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+Step::~Step() {
+  if (state_ && !state_->finished) state_->cache->step_open = false;
+}
+
+namespace {
+Step::State& live(const std::unique_ptr<Step::State>& state) {
+  if (!state) throw Error(Code::invalid_argument, "this Step was moved from");
+  return *state;
+}
+}  // namespace
+
+std::span<const SeqId> Step::sequences() const {
+  return live(state_).sequences;
+}
+std::span<const std::uint32_t> Step::new_tokens() const {
+  return live(state_).new_tokens;
+}
+std::uint64_t Step::tokens() const {
+  return live(state_).tokens;
+}
+const EvictionReport& Step::report() const {
+  return live(state_).report;
+}
+
+void Step::append(std::uint32_t layer, const DLTensor& k, const DLTensor& v) {
+  State& s = live(state_);
+  State::Layer& state = s.layer("append", layer);
+  if (state != State::Layer::untouched)
+    throw Error(Code::invalid_argument,
+                "append: layer " + std::to_string(layer) + " was already appended in this step");
+  s.cache->store->append(layer, s.sequences, s.new_tokens, k, v);
+  state = State::Layer::appended;
+}
+
+void Step::decode(std::uint32_t layer, const DLTensor& q, DLTensor& out) {
+  State& s = live(state_);
+  if (!s.one_each)
+    throw Error(Code::invalid_argument,
+                "decode: this step has more than one new token for a sequence; use prefill");
+  s.attend("decode", layer, q, out);
+}
+
+void Step::prefill(std::uint32_t layer, const DLTensor& q, DLTensor& out) {
+  live(state_).attend("prefill", layer, q, out);
+}
+
+EvictionReport Step::finish() {
+  State& s = live(state_);
+  s.check_open("finish");
+  const auto missing = std::find(s.layers.begin(), s.layers.end(), State::Layer::untouched);
+  if (missing != s.layers.end() && s.tokens > 0)
+    throw Error(Code::invalid_argument,
+                "finish: layer " + std::to_string(missing - s.layers.begin()) + " of " +
+                    std::to_string(s.layers.size()) + " has not been appended in this step");
+  s.finished = true;
+  s.cache->step_open = false;
+  EvictionReport report = s.report;
+  try {
+    report.merge(s.cache->after_step());
+  } catch (const EvictionError& partial) {
+    report.merge(partial.report());
+    throw EvictionError(partial.code(), partial.what(), std::move(report));
+  }
+  return report;
+}
+
+Step Cache::begin_step(std::span<const SeqId> ids, std::span<const std::uint32_t> new_tokens) {
+  Impl& c = *impl_;
+  c.refuse_during_step("begin_step");
+  if (ids.size() != new_tokens.size())
+    throw Error(Code::invalid_argument, "begin_step: " + std::to_string(ids.size()) +
+                                            " sequences but " + std::to_string(new_tokens.size()) +
+                                            " token counts");
+  std::set<SeqId> seen;
+  for (const SeqId id : ids) {
+    c.info(id);
+    if (!seen.insert(id).second)
+      throw Error(Code::invalid_argument,
+                  "begin_step: sequence " + std::to_string(id) + " appears twice");
+  }
+  auto s = std::make_unique<Step::State>();
+  s->cache = &c;
+  s->sequences.assign(ids.begin(), ids.end());
+  s->new_tokens.assign(new_tokens.begin(), new_tokens.end());
+  s->report = c.reserve(s->sequences, s->new_tokens);
+  s->tokens = std::accumulate(s->new_tokens.begin(), s->new_tokens.end(), std::uint64_t{0});
+  s->one_each = std::all_of(s->new_tokens.begin(), s->new_tokens.end(),
+                            [](std::uint32_t n) { return n == 1; });
+  s->layers.assign(c.model.layers, Step::State::Layer::untouched);
+  const std::span<const std::uint32_t> counts = s->one_each
+                                                    ? std::span<const std::uint32_t>{}
+                                                    : std::span<const std::uint32_t>(s->new_tokens);
+  const Impl::Visible visible = c.visible_for(s->sequences, counts);
+  StepRequest request;
+  request.sequences = s->sequences;
+  request.query_counts = counts;
+  request.visible = visible.view();
+  request.accumulate_scores = c.wants_scores();
+  s->plan = c.attention->plan(*c.store, request);
+  c.step_open = true;
+  return Step(std::move(s));
+}
+
+Step Cache::begin_step(SeqId sequence, std::uint32_t new_tokens) {
+  return begin_step(std::span<const SeqId>(&sequence, 1),
+                    std::span<const std::uint32_t>(&new_tokens, 1));
+}
+
+}  // namespace kvcache
