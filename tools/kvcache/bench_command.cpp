@@ -13,8 +13,74 @@
 #include "format_spec.hpp"
 #include "kvcache/registry.hpp"
 #include "serving_simulation.hpp"
+#include "step_benchmark.hpp"
 
 namespace kvcache::tool {
+
+namespace {
+
+// `kvcache bench step`: see step_benchmark.hpp.
+void add_step_command(CLI::App& bench, const Globals& globals) {
+  CLI::App* step = bench.add_subcommand(
+      "step", "Decode steps through the Cache, planned per step and per layer: where time goes");
+  struct Flags {
+    StepBenchOptions options;
+    bool json = false;
+  };
+  auto f = std::make_shared<Flags>();
+  StepBenchOptions& o = f->options;
+  step->add_option("--backend", o.backend, "backend component")->capture_default_str();
+  step->add_option("--format", o.format, "storage format of K and V")->capture_default_str();
+  step->add_option("--batch", o.batch, "sequences")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  step->add_option("--layers", o.layers, "layers")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  step->add_option("--tokens", o.tokens, "cached tokens per sequence")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  step->add_option("--q-heads", o.q_heads, "query heads")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  step->add_option("--kv-heads", o.kv_heads, "KV heads")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  step->add_option("--head-dim", o.head_dim, "head dimension")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  step->add_option("--page-size", o.page_size, "tokens per page")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  step->add_option("--steps", o.steps, "measured steps of each kind")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  step->add_flag("--json", f->json, "print one JSON object");
+  step->callback([&globals, f] {
+    const Config config = selected_config(globals);
+    const StepBenchResult r = run_step_benchmark(Registry::load(config.plugins), f->options);
+    if (f->json) {
+      std::cout << to_json(f->options, r).dump() << '\n';
+      return;
+    }
+    const StepBenchOptions& o = f->options;
+    std::cout << fmt::format(
+        "{} sequences x {} layers at {} tokens, {} on {}; medians of {} steps\n", o.batch, o.layers,
+        o.tokens, o.format, o.backend, o.steps);
+    std::cout << fmt::format("{:<22}{:>12}{:>14}{:>12}{:>14}{:>10}\n", "", "step ms",
+                             "attention ms", "append ms", "outside ms", "outside");
+    for (const auto& [name, t] :
+         {std::pair{"planned once a step", r.planned}, std::pair{"planned every layer", r.layered}})
+      std::cout << fmt::format("{:<22}{:>12.3f}{:>14.3f}{:>12.3f}{:>14.3f}{:>9.1f}%\n", name,
+                               1e3 * t.total, 1e3 * t.attention, 1e3 * t.append, 1e3 * t.outside,
+                               100 * t.outside / t.total);
+    std::cout << fmt::format("attention kernels: {:.3f} ms a step ({:.1f} GB/s of KV)\n",
+                             1e3 * r.attention_kernels,
+                             static_cast<double>(r.kv_bytes) / r.attention_kernels / 1e9);
+  });
+}
+
+}  // namespace
 
 void add_bench_command(CLI::App& app, const Globals& globals) {
   CLI::App* bench = app.add_subcommand(
@@ -51,7 +117,7 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
   bench->add_option("--chart", so.chart, "write an SVG of memory use and throughput over time");
   bench->add_flag("--json", sim->json, "print one JSON object");
   bench->callback([&globals, bench, sim] {
-    if (!bench->get_subcommands().empty()) return;  // `bench attention` ran instead
+    if (!bench->get_subcommands().empty()) return;  // `bench attention` or `bench step` ran
     SimulationOptions o = sim->options;
     o.progress = !sim->json;
     const Config config = selected_config(globals);
@@ -87,6 +153,7 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
       std::cout << fmt::format("rejected request {}: {}\n", rejection["request"].get<int>(),
                                rejection["reason"].get<std::string>());
   });
+  add_step_command(*bench, globals);
   CLI::App* attention = bench->add_subcommand(
       "attention",
       "One layer of decode attention (or a prefill chunk), against the machine's read bandwidth");

@@ -1,0 +1,53 @@
+// `kvcache bench step`: decode steps of B sequences x L layers at T cached tokens through the
+// Cache, once planned per step (begin_step, then append and decode per layer, finish) and once
+// through the per-layer calls (reserve, append and decode per layer, end_step), the two taking
+// turns step by step in one run. Reports where a step's time goes: the attention kernels, the
+// appends, and the rest (reserve, positions, mask, plan, dispatch, the policy's hook).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "kvcache/registry.hpp"
+
+namespace kvcache::tool {
+
+struct StepBenchOptions {
+  std::string backend = "cpu-tbb";
+  std::string format = "fp16";
+  std::uint32_t batch = 1;
+  std::uint32_t layers = 32;
+  std::uint64_t tokens = 4096;  // cached tokens per sequence before the first measured step
+  std::uint32_t q_heads = 9;    // SmolLM2's attention shape
+  std::uint32_t kv_heads = 3;
+  std::uint32_t head_dim = 64;
+  std::uint32_t page_size = 16;
+  std::uint32_t steps = 20;  // measured steps of each kind
+};
+
+// Medians over the measured steps, in seconds per step.
+struct StepTimes {
+  double total = 0.0;
+  double attention = 0.0;  // inside the decode calls
+  double append = 0.0;
+  double outside = 0.0;  // total - attention kernels - appends (see attention_kernels)
+};
+
+struct StepBenchResult {
+  StepTimes planned;  // begin_step ... finish
+  StepTimes layered;  // the per-layer calls
+  // The kernels' own time per step: the planned steps' decode calls, which run on a plan made
+  // before them. A per-layer decode call spends the same in kernels plus its own planning, so
+  // both kinds' `outside` subtract this.
+  double attention_kernels = 0.0;
+  std::uint64_t kv_bytes = 0;  // read by the median step's attention, all layers
+};
+
+StepBenchResult run_step_benchmark(std::shared_ptr<const Registry> registry,
+                                   const StepBenchOptions& options);
+nlohmann::json to_json(const StepBenchOptions& options, const StepBenchResult& result);
+
+}  // namespace kvcache::tool
