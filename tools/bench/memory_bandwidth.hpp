@@ -8,8 +8,10 @@
 
 namespace kvcache::bench {
 
-// Median GB/s (1e9 bytes/s) of `repeats` vectorized sums over a `bytes` buffer (far larger than
-// the last-level cache) with `threads` threads.
+// The best GB/s (1e9 bytes/s) of `repeats` vectorized reads of a `bytes` buffer (far larger than
+// the last-level cache) by `threads` threads of four streams each: the roof that attention's
+// reads are a fraction of. The best, not the median: a fraction of a roof the probe did not reach
+// would read above 1.
 double read_bandwidth_gbps(std::size_t bytes = std::size_t{1} << 30, int threads = 2,
                            int repeats = 5);
 

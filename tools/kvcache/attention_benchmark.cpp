@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <tbb/global_control.h>
 #include <tbb/task_arena.h>
@@ -34,6 +37,23 @@ std::uint64_t visible_tokens(std::vector<PositionRange> ranges, std::uint64_t to
   return n;
 }
 
+// The last-level cache that KV must outgrow: for a host backend the L3 that CPU 0 shares (sysfs;
+// the C library's figure counts every L3 of the package, 8 times too much on an 8-CCD EPYC), else
+// the C library's, else 32 MiB; for a GPU backend 64 MiB, above the L2 of the largest GPUs (50 MB
+// on the H100 and H200), which no runtime call here reports.
+std::uint64_t last_level_cache(const Registry& registry, const std::string& backend) {
+  const ComponentInfo* info = registry.find(ComponentKind::backend, backend);
+  if (info != nullptr && info->capabilities.device_kind != "cpu") return std::uint64_t{64} << 20;
+  std::uint64_t size = 0;
+  char unit = 0;
+  if (std::ifstream sysfs("/sys/devices/system/cpu/cpu0/cache/index3/size"); sysfs >> size) {
+    sysfs >> unit;  // "32768K"
+    if (size > 0) return size << (unit == 'K' ? 10 : unit == 'M' ? 20 : 0);
+  }
+  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return l3 > 0 ? static_cast<std::uint64_t>(l3) : std::uint64_t{32} << 20;
+}
+
 }  // namespace
 
 AttentionBenchResult run_attention_benchmark(const Registry& registry,
@@ -54,6 +74,11 @@ AttentionBenchResult run_attention_benchmark(const Registry& registry,
   const std::uint64_t tile_k = store_format(spec, false).layout.tile_bytes;
   const std::uint64_t tile_v = store_format(spec, true).layout.tile_bytes;
   const std::uint64_t pages = (o.tokens + o.page_size - 1) / o.page_size * o.batch + 1;
+  const std::uint64_t layer_bytes = pages * o.kv_heads * (tile_k + tile_v);
+  const std::uint64_t cache = last_level_cache(registry, o.backend);
+  spec.model.layers = o.hot ? 1
+                            : static_cast<std::uint32_t>(std::max<std::uint64_t>(
+                                  1, (8 * cache + layer_bytes - 1) / layer_bytes));
   spec.capacity_bytes = pages * page_cost(spec);
   const auto backend = registry.create_backend(o.backend);
   const auto store = backend->create_store(spec);
@@ -74,7 +99,8 @@ AttentionBenchResult run_attention_benchmark(const Registry& registry,
     store->reserve(ids, counts);
     std::int64_t shape[3] = {static_cast<std::int64_t>(n) * o.batch, o.kv_heads, o.head_dim};
     const DLTensor t = host_tensor(rows.data(), shape);
-    store->append(0, ids, counts, t, t);
+    for (std::uint32_t layer = 0; layer < spec.model.layers; ++layer)
+      store->append(layer, ids, counts, t, t);
   }
 
   // The last `queries` positions of each sequence query, with the mask's ranges.
@@ -117,7 +143,9 @@ AttentionBenchResult run_attention_benchmark(const Registry& registry,
   request.q = &qt;
   request.out = &ot;
   request.visible = {ranges, range_counts, max_ranges};
+  std::uint64_t turn = 0;
   const auto call = [&] {
+    request.layer = static_cast<std::uint32_t>(turn++ % spec.model.layers);
     if (o.queries > 1)
       attention->prefill(*store, request);
     else
@@ -126,6 +154,8 @@ AttentionBenchResult run_attention_benchmark(const Registry& registry,
 
   AttentionBenchResult result;
   result.threads = threads;
+  result.layers = spec.model.layers;
+  result.cache_bytes = cache;
   if (const std::vector<DeviceInfo> devices = backend->devices(); !devices.empty())
     result.device = devices.front().name;
   result.kv_bytes = visible * o.kv_heads * (tile_k + tile_v) / o.page_size;
@@ -188,7 +218,10 @@ nlohmann::json to_json(const AttentionBenchOptions& o, const AttentionBenchResul
           {"bandwidth_probe", r.bandwidth_probe},
           {"bandwidth_fraction", r.bandwidth_fraction},
           {"tokens_per_second", r.tokens_per_second},
-          {"gflops", r.gflops}};
+          {"gflops", r.gflops},
+          {"hot", o.hot},
+          {"layers", r.layers},
+          {"last_level_cache_bytes", r.cache_bytes}};
 }
 
 }  // namespace kvcache::tool

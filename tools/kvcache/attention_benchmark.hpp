@@ -29,6 +29,9 @@ struct AttentionBenchOptions {
   ComponentChoice mask{.name = "causal"};
   int threads = 0;  // 0: all
   double min_seconds = 1.0;
+  // Calls take turns over enough layers that the KV they read is at least 8x the last-level
+  // cache, as a model's layers do; hot: one layer, read again and again from the cache.
+  bool hot = false;
 };
 
 struct AttentionBenchResult {
@@ -43,6 +46,8 @@ struct AttentionBenchResult {
   double gflops = 0.0;  // q.k and p.v multiply-adds x 2 over the visible keys, per second
   std::uint64_t calls = 0;
   int threads = 0;
+  std::uint32_t layers = 1;       // that the calls take turns over
+  std::uint64_t cache_bytes = 0;  // the last-level cache the rotation outgrows
 };
 
 AttentionBenchResult run_attention_benchmark(const Registry& registry,

@@ -201,6 +201,9 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
   attention->add_option("--threads", o.threads, "worker threads (0: all)")->capture_default_str();
   attention->add_option("--min-seconds", o.min_seconds, "time to spend measuring")
       ->capture_default_str();
+  attention->add_flag("--hot", o.hot,
+                      "read one layer again and again (default: take turns over enough layers "
+                      "that the KV read is 8x the last-level cache)");
   attention->add_flag("--json", f->json, "print one JSON object");
   attention->callback([&globals, f] {
     AttentionBenchOptions& o = f->options;
@@ -222,15 +225,19 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
         "backend {} on {}\n"
         "K {}, V {}, {} tokens x batch {}, {} queries each, {}/{} heads x {}, page {}, mask {}, {} "
         "threads\n"
-        "KV read per call:   {:.2f} MB (scales included)\n"
+        "KV read per call:   {:.2f} MB (scales included), {}\n"
         "time per call:      {:.3f} ms (median of {})\n"
         "attention:          {:.1f} GB/s = {:.2f} of memory bandwidth ({:.1f} GB/s, {}, measured "
         "in this run), {:.1f} GFLOP/s\n"
         "tokens/s:           {:.0f}\n",
         o.backend, r.device, f->k_format, f->v_format, o.tokens, o.batch, o.queries, o.q_heads,
-        o.kv_heads, o.head_dim, o.page_size, f->mask, r.threads, r.kv_bytes / 1e6, r.seconds * 1e3,
-        r.calls, r.gbps, r.bandwidth_fraction, r.read_bandwidth_gbps, r.bandwidth_probe, r.gflops,
-        r.tokens_per_second);
+        o.kv_heads, o.head_dim, o.page_size, f->mask, r.threads, r.kv_bytes / 1e6,
+        o.hot ? std::string("one layer, read hot")
+              : fmt::format("calls take turns over {} layers ({:.0f} MB of KV, last-level cache "
+                            "{:.0f} MB)",
+                            r.layers, r.layers * r.kv_bytes / 1e6, r.cache_bytes / 1e6),
+        r.seconds * 1e3, r.calls, r.gbps, r.bandwidth_fraction, r.read_bandwidth_gbps,
+        r.bandwidth_probe, r.gflops, r.tokens_per_second);
   });
 }
 
