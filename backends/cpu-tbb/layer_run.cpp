@@ -1,0 +1,114 @@
+#include "layer_run.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "kvcache/formats.hpp"
+
+namespace kvcache::cpu {
+namespace {
+
+// How far ahead of the rows being read their stream asks for tiles, in bytes of the rows of
+// `kind`: at least two pages, and more for small tiles, so that a format read fast (int4: a
+// 16-slot page of 1-1.3 KB in a few hundred ns) asks early enough to cover the memory's latency.
+// int8 twice as far: on Zen 4, with the two distances taking turns call by call in one run, int8
+// calls ran faster with 16 KB than with 8 (32768 tokens x 8 sequences: 6-13%, 32768 x 1: 2-11%,
+// 4096 x 8: 2-4%, 4096 x 1: the same), where fp16 and bf16 ran no faster and int4 2-3% slower
+// (and from 24 KB on, fp16 2-9% slower).
+constexpr std::size_t prefetch_bytes(RowFormat kind) {
+  return kind == RowFormat::int8 ? 16384 : 8192;
+}
+
+// The row kind in which a codec's rows can be read in place: BlockAttention reads fp16, bf16,
+// fp8, int8 and int4 (groups of 32, 64 or 128) rows in place where it can; everything else is
+// decoded into float32 rows first.
+RowFormat stored_kind(const SlotCodec& codec) {
+  switch (codec.spec().kind) {
+    case FormatKind::fp16:
+      return RowFormat::float16;
+    case FormatKind::bf16:
+      return RowFormat::bfloat16;
+    case FormatKind::fp8_e4m3:
+      return RowFormat::fp8;
+    case FormatKind::int8_per_token:
+      return RowFormat::int8;
+    case FormatKind::int4_group:
+      return int4_rows(codec.spec().group);
+    default:
+      return RowFormat::float32;
+  }
+}
+
+// What the layer keeps until it returns comes from one arena: decodes of a few tokens are
+// dominated by per-call costs, some thirty allocations among them. Its first buffer holds the
+// scaled queries, the items' softmax states and bookkeeping, up to 4 MiB (a large prefill's
+// further buffers grow from that, not from its whole size): every further buffer costs a call
+// microseconds (6 us at 4096 tokens, its pages new each time). Not for what the parallel tasks
+// allocate (the arena is not synchronized).
+std::size_t arena_bytes(std::uint64_t pairs, std::uint32_t group, std::uint32_t dim,
+                        const WorkSchedule& schedule) {
+  return std::min<std::uint64_t>((pairs * group * dim + schedule.state_at.back()) * sizeof(float) +
+                                     schedule.items.size() * 64 + pairs * 64 + 16384,
+                                 std::uint64_t{4} << 20);
+}
+
+}  // namespace
+
+LayerRun::LayerRun(PagedStore& store_, const paging::AttentionPlan& slots_,
+                   const WorkSchedule& schedule_, std::uint32_t layer_, const InputRows& q_rows,
+                   float scale, bool accumulate_scores)
+    : store(store_),
+      slots(slots_),
+      schedule(schedule_),
+      layer(layer_),
+      scores(accumulate_scores),
+      hg(store_.spec().model.q_heads / store_.spec().model.kv_heads, store_.spec().model.head_dim),
+      kv_heads(store_.spec().model.kv_heads * hg.parts),
+      group(hg.width),
+      dim(store_.spec().model.head_dim),
+      page(store_.page_size()),
+      pairs(slots_.queries * kv_heads),
+      arena(arena_bytes(pairs, group, dim, schedule_)),
+      views(&arena),
+      kc(store_.codec(false)),
+      vc(store_.codec(true)),
+      kernels(&arena),
+      q8_(&arena) {
+  views.reserve(slots.sequences.size());
+  for (const SeqId id : slots.sequences) views.push_back(store.view(id, layer));
+
+  // Pre-scaled for a base-2 softmax; not zeroed first: every element is written.
+  const float factor = (scale > 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(dim))) *
+                       std::numbers::log2e_v<float>;
+  q_ = static_cast<float*>(arena.allocate(pairs * group * dim * sizeof(float), 64));
+  RowBuffer buffer(dim);
+  for (std::uint64_t i = 0; i < slots.queries; ++i)
+    for (std::uint32_t h = 0; h < kv_heads; ++h)
+      for (std::uint32_t g = 0; g < group; ++g)
+        scale_into(q_rows.row(i, hg.query_head(h, g), buffer.data()), factor,
+                   q_ + ((i * kv_heads + h) * group + g) * dim, dim);
+
+  // Accumulated scores need the exact logits of the float path (the weights must match the
+  // reference), so they keep it.
+  for (std::uint32_t width = 1; width <= schedule.max_width; width *= 2)
+    kernels.emplace_back(group * width, dim, scores ? RowFormat::float32 : stored_kind(kc),
+                         stored_kind(vc));
+  if (integer_rows(kernels[0].keys())) {
+    q8_.reserve(pairs);
+    for (std::uint64_t pair = 0; pair < pairs; ++pair)
+      q8_.push_back(kernels[0].quantize(query(pair), &arena));
+  }
+  float_rows_ = scores || std::any_of(kernels.begin(), kernels.end(), [](const auto& a) {
+                  return a.keys() == RowFormat::float32 || a.values() == RowFormat::float32;
+                });
+
+  // In pages, from the smaller of the two tiles and the farther of the two distances (K and V
+  // may differ in format).
+  const std::size_t small_tile = std::min(kc.layout().tile_bytes, vc.layout().tile_bytes);
+  const std::size_t distance =
+      std::max(prefetch_bytes(stored_kind(kc)), prefetch_bytes(stored_kind(vc)));
+  ahead_pages = std::max<std::size_t>(2, (distance + small_tile - 1) / small_tile);
+}
+
+}  // namespace kvcache::cpu
