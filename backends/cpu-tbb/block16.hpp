@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "softmax_block.hpp"
+#include "block_attention.hpp"
 
 #define KVCACHE_INLINE inline __attribute__((always_inline))
 

@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "kvcache/formats.hpp"
+#include "portable_path.hpp"
 
 namespace kvcache::cpu {
 namespace {

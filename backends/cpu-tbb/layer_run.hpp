@@ -13,11 +13,11 @@
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
+#include "block_attention.hpp"
 #include "head_groups.hpp"
 #include "input_rows.hpp"
 #include "kvcache/paging/attention_plan.hpp"
 #include "paged_store.hpp"
-#include "softmax_block.hpp"
 #include "work_schedule.hpp"
 
 namespace kvcache::cpu {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kvcache/numeric.hpp"
+#include "portable_path.hpp"
 
 namespace kvcache::cpu {
 namespace {

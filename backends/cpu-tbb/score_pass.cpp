@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "key_blocks.hpp"
+#include "portable_path.hpp"
 
 namespace kvcache::cpu {
 

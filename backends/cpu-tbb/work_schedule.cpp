@@ -4,7 +4,7 @@
 
 #include "block16.hpp"
 #include "query_tiles.hpp"
-#include "softmax_block.hpp"
+#include "softmax_state.hpp"
 
 namespace kvcache::cpu {
 

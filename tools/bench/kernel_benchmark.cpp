@@ -23,7 +23,7 @@
 #include "cpu_features.hpp"
 #include "kvcache/formats.hpp"
 #include "kvcache/numeric.hpp"
-#include "softmax_block.hpp"
+#include "block_attention.hpp"
 
 namespace {
 
