@@ -80,7 +80,10 @@ void run_plan(const PlanFlags& f) {
   if (weights >= memory)
     throw Error(Code::invalid_argument, "--weights leaves no memory for the cache");
   const std::uint64_t tokens = f.window ? std::min(f.context, *f.window) : f.context;
-  const std::uint64_t pages_per_sequence = (tokens + f.page_size - 1) / f.page_size;
+  // Rounded up without tokens + page_size - 1, which wraps for a context near 2^64 (and then
+  // divided by zero below).
+  const std::uint64_t pages_per_sequence =
+      tokens / f.page_size + (tokens % f.page_size != 0 ? 1 : 0);
 
   std::vector<std::pair<std::string, std::uint32_t>> layouts = {{"MHA", m.q_heads}};
   if (m.kv_heads != m.q_heads && m.kv_heads != 1) layouts.emplace_back("GQA", m.kv_heads);
