@@ -1,18 +1,137 @@
 #include "kvcache/cache.hpp"
 
-#include "cache/cache_impl.hpp"
-
 #include <algorithm>
 #include <filesystem>
+#include <iterator>
 #include <map>
-#include <optional>
 #include <unordered_map>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
+#include "cache/cache_impl.hpp"
 #include "kvcache/formats.hpp"
 
 namespace kvcache {
+
+namespace {
+
+// Per-token detail for the policy, read from the store on demand.
+class StoreTokens final : public TokenSource {
+ public:
+  explicit StoreTokens(const CacheStore& store) : store_(store) {}
+  TokenDetail tokens(SeqId id) const override {
+    auto& cached = cache_[id];
+    if (cached.first.empty()) {
+      cached.first = store_.positions(id);
+      cached.second = store_.scores(id);
+    }
+    return {cached.first, cached.second};
+  }
+
+ private:
+  const CacheStore& store_;
+  mutable std::unordered_map<SeqId, std::pair<std::vector<Position>, std::vector<float>>> cache_;
+};
+
+}  // namespace
+
+template <class Decide>
+EvictionReport Cache::Impl::consult(Decide&& decide) {
+  std::vector<SequenceState> states;
+  const StoreStats st = store->stats();
+  for (const auto& [id, s] : sequences) {
+    const std::uint64_t tokens = store->length(id);
+    states.push_back({id, tokens, (tokens + page_size - 1) / page_size, s.priority, s.created_step,
+                      s.last_used_step, s.next_position});
+  }
+  const StoreTokens tokens(*store);
+  const CacheState state{page_size,       step,   st.total_pages, st.free_pages,
+                         st.cached_pages, states, &tokens};
+  return apply(decide(state));
+}
+
+EvictionReport Cache::Impl::apply(const EvictionPlan& plan) {
+  EvictionReport report;
+  try {
+    if (plan.free_cached_pages > 0)
+      report.cached_pages_freed = store->evict_cached(plan.free_cached_pages);
+    for (SeqId id : plan.preempt) {
+      if (!sequences.contains(id)) continue;
+      store->release(id);
+      sequences.erase(id);
+      report.preempted.push_back(id);
+    }
+    std::map<SeqId, std::vector<PositionRange>> drops;
+    for (const DroppedRange& d : plan.drop)
+      if (sequences.contains(d.sequence)) drops[d.sequence].push_back(d.range);
+    for (const auto& [id, ranges] : drops) {
+      const std::vector<Position> before = store->positions(id);
+      store->drop(id, ranges);
+      const std::vector<Position> after = store->positions(id);
+      std::vector<Position> gone;
+      std::set_difference(before.begin(), before.end(), after.begin(), after.end(),
+                          std::back_inserter(gone));
+      for (const PositionRange& r : ranges_of(gone)) report.dropped.push_back({id, r});
+    }
+  } catch (const EvictionError&) {
+    throw;
+  } catch (const Error& e) {
+    throw EvictionError(e.code(), std::string("applying the eviction plan: ") + e.what(),
+                        std::move(report));
+  }
+  return report;
+}
+
+std::uint64_t Cache::Impl::shortfall(std::span<const SeqId> ids,
+                                     std::span<const std::uint32_t> tokens) {
+  std::uint64_t needed = 0;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const std::uint64_t length = store->length(ids[i]);
+    needed +=
+        (length + tokens[i] + page_size - 1) / page_size - (length + page_size - 1) / page_size + 1;
+  }
+  const StoreStats st = store->stats();
+  const std::uint64_t available = st.free_pages + st.cached_pages;
+  return needed > available ? needed - available : 1;
+}
+
+Cache::Impl::Visible Cache::Impl::visible_for(std::span<const SeqId> ids,
+                                              std::span<const std::uint32_t> counts) {
+  std::vector<Position> queries;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    SequenceInfo& s = info(ids[i]);
+    s.last_used_step = step;
+    const std::uint32_t n = counts.empty() ? 1 : counts[i];
+    for (std::uint32_t j = 0; j < n; ++j) queries.push_back(s.next_position - n + j);
+  }
+  Visible v;
+  v.max_ranges = mask->describe().max_ranges;
+  v.ranges.assign(queries.size() * v.max_ranges, {});
+  v.counts.assign(queries.size(), 0);
+  mask->visible(queries, v.ranges, v.counts);
+  return v;
+}
+
+EvictionReport Cache::Impl::after_step() {
+  ++step;
+  if (!policy) return {};
+  return consult([&](const CacheState& s) { return policy->after_step(s); });
+}
+
+void Cache::Impl::attend(std::uint32_t layer, std::span<const SeqId> ids,
+                         std::span<const std::uint32_t> counts, const DLTensor& q, DLTensor& out) {
+  const Visible visible = visible_for(ids, counts);
+  AttentionRequest request;
+  request.layer = layer;
+  request.sequences = ids;
+  request.query_counts = counts;
+  request.q = &q;
+  request.out = &out;
+  request.visible = visible.view();
+  request.accumulate_scores = wants_scores();
+  counts.empty() ? attention->decode(*store, request) : attention->prefill(*store, request);
+}
 
 void EvictionReport::merge(const EvictionReport& other) {
   preempted.insert(preempted.end(), other.preempted.begin(), other.preempted.end());
