@@ -28,6 +28,7 @@ void check_out(const DLTensor& out) {
 struct CpuPlan final : StepPlan {
   const PagedStore* store = nullptr;  // the plan's: another store's sequences are others
   paging::AttentionPlan slots;
+  HeadGroups heads;  // the kernel heads the schedule is for
   WorkSchedule schedule;
   bool accumulate_scores = false;
   float scale = 0.0f;
@@ -47,9 +48,9 @@ CpuPlan make_plan(const PagedStore& store, paging::AttentionPlan slots, bool pre
   plan.store = &store;
   plan.accumulate_scores = accumulate_scores;
   plan.scale = scale;
-  const HeadGroups heads(model.q_heads / model.kv_heads, model.head_dim);
+  plan.heads = HeadGroups(model.q_heads / model.kv_heads, model.head_dim);
   plan.schedule =
-      schedule_work(slots, {model.kv_heads * heads.parts, heads.width, model.head_dim,
+      schedule_work(slots, {model.kv_heads * plan.heads.parts, plan.heads.width, model.head_dim,
                             static_cast<std::uint64_t>(tbb::this_task_arena::max_concurrency()),
                             prefill && !accumulate_scores});
   plan.slots = std::move(slots);
@@ -65,7 +66,8 @@ void run_layer(PagedStore& store, const CpuPlan& plan, std::uint32_t layer, cons
   const InputRows q_rows(q, plan.slots.queries, model.q_heads, model.head_dim, "q");
   check_out(out);
   if (plan.slots.queries == 0) return;  // a prefill of no queries: nothing to write
-  LayerRun run(store, plan.slots, plan.schedule, layer, q_rows, plan.scale, plan.accumulate_scores);
+  LayerRun run(store, plan.slots, plan.heads, plan.schedule, layer, q_rows, plan.scale,
+               plan.accumulate_scores);
   PairMerge merge(run, out);
   merge.finish_unseen();
   run.for_each_item(

@@ -21,6 +21,7 @@ struct HeadGroups {
   std::uint32_t per_part = 1;  // query heads of each part (the last may hold fewer)
   std::uint32_t width = 1;     // the kernels' group: per_part, padded where that is specialized
 
+  HeadGroups() = default;  // one head a KV head
   HeadGroups(std::uint32_t model_group, std::uint32_t dim)
       : group(model_group),
         parts(specialized_dim(dim) ? (model_group + kMaxGroup - 1) / kMaxGroup : 1),

@@ -56,7 +56,7 @@ std::size_t arena_bytes(std::uint64_t pairs, std::uint32_t group, std::uint32_t 
 
 }  // namespace
 
-LayerRun::LayerRun(PagedStore& store_, const paging::AttentionPlan& slots_,
+LayerRun::LayerRun(PagedStore& store_, const paging::AttentionPlan& slots_, const HeadGroups& heads,
                    const WorkSchedule& schedule_, std::uint32_t layer_, const InputRows& q_rows,
                    float scale, bool accumulate_scores)
     : store(store_),
@@ -64,7 +64,7 @@ LayerRun::LayerRun(PagedStore& store_, const paging::AttentionPlan& slots_,
       schedule(schedule_),
       layer(layer_),
       scores(accumulate_scores),
-      hg(store_.spec().model.q_heads / store_.spec().model.kv_heads, store_.spec().model.head_dim),
+      hg(heads),
       kv_heads(store_.spec().model.kv_heads * hg.parts),
       group(hg.width),
       dim(store_.spec().model.head_dim),

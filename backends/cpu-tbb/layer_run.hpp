@@ -34,8 +34,10 @@ struct TaskBuffers {
 class LayerRun {
  public:
   // q: [queries, q_heads, head_dim] (checked by the plan); scale 0: 1 / sqrt(head_dim).
-  LayerRun(PagedStore& store, const paging::AttentionPlan& slots, const WorkSchedule& schedule,
-           std::uint32_t layer, const InputRows& q, float scale, bool accumulate_scores);
+  // heads: the kernel heads `schedule` was made for.
+  LayerRun(PagedStore& store, const paging::AttentionPlan& slots, const HeadGroups& heads,
+           const WorkSchedule& schedule, std::uint32_t layer, const InputRows& q, float scale,
+           bool accumulate_scores);
   LayerRun(const LayerRun&) = delete;
   LayerRun& operator=(const LayerRun&) = delete;
 
