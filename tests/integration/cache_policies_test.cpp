@@ -42,6 +42,27 @@ EvictionReport run_workload(Cache& cache) {
   return w.total();
 }
 
+// Under pressure a policy is asked for the pages the new tokens need, not one more per sequence:
+// three sequences of one page each fill a pool of three, and a fourth's page costs exactly one
+// of them (the least recently used).
+TEST(CachePolicies, PressurePreemptsOnlyWhatTheReserveNeeds) {
+  const auto cache =
+      Cache::open(parse_config("model: {layers: 1, q_heads: 2, kv_heads: 1, head_dim: 16}\n"
+                               "backend: [cpu-tbb]\n"
+                               "cache: {page_size: 16, capacity: 4KiB, prefix_caching: false}\n"
+                               "eviction: {name: lru}\n",
+                               "<test>", {}),
+                  registry());
+  ASSERT_EQ(cache->store().stats().total_pages, 3u);
+  Workload w(*cache);
+  std::vector<SeqId> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(w.add());
+  for (const SeqId id : ids) w.step({id}, 8);
+  w.step({w.add()}, 8);
+  w.check_nothing_lost();
+  EXPECT_EQ(w.total().preempted, std::vector<SeqId>{ids[0]});
+}
+
 TEST(CachePolicies, SameWorkloadThreeConfigsThreeReports) {
   const auto oldest = open("oldest_first.yaml");
   EXPECT_EQ(oldest->backend(), "cpu-tbb");

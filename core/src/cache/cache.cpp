@@ -89,8 +89,11 @@ std::uint64_t Cache::Impl::shortfall(std::span<const SeqId> ids,
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const std::uint64_t length = store->length(ids[i]);
     needed +=
-        (length + tokens[i] + page_size - 1) / page_size - (length + page_size - 1) / page_size + 1;
+        (length + tokens[i] + page_size - 1) / page_size - (length + page_size - 1) / page_size;
   }
+  // The pages new tokens need; a shared last page's private copy is not counted ahead: when the
+  // reserve still fails, the next round asks for at least one page more. Counting one per
+  // sequence ahead would preempt a sequence too many under every policy.
   const StoreStats st = store->stats();
   const std::uint64_t available = st.free_pages + st.cached_pages;
   return needed > available ? needed - available : 1;
