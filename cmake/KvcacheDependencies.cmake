@@ -10,3 +10,4 @@ find_package(CLI11 REQUIRED)
 find_package(dlpack REQUIRED)
 find_package(TBB REQUIRED)
 find_package(Threads REQUIRED)
+find_package(GTest REQUIRED)                      # the conformance cases, in the tool and ctest

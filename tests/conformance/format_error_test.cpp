@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "kvcache/formats.hpp"
-#include "store_fixture.hpp"
+#include "fixture.hpp"
 
 namespace kvcache::conformance {
 namespace {

@@ -1,11 +1,9 @@
-// Shared pieces of the store conformance suite: the backends to test (every one the loader
-// finds, each skipped with its reason when unavailable or lacking a format), deterministic K/V
-// rows, and tensors.
+// Pieces the conformance cases share: the tag of the component a case tests, a format's
+// reference codec, a store or the reason to skip, and deterministic K/V rows.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <span>
 #include <string>
@@ -19,64 +17,15 @@
 #include "kvcache/formats.hpp"
 #include "kvcache/host_tensor.hpp"
 #include "kvcache/registry.hpp"
+#include "setup.hpp"
 
 namespace kvcache::conformance {
 
-// The installed plugins, plus the test-only GPU emulator backend: gpu-common's own code on the
-// CPU, so the GPU backends' logic is checked here even without a GPU. KVCACHE_TEST_GPU_EMULATOR
-// in the environment replaces its path; empty, it leaves the emulator out (a build tree carried
-// to a GPU machine without its test plugins: tools/gpu-check.sh with SKIP_BUILD).
-inline const Registry& registry() {
-  static const auto r = [] {
-    // KVCACHE_PLUGIN_PATH as a config reads it (the default config has no other plugin setting).
-    PluginSettings settings = default_config(process_environment()).plugins;
-    const char* from_env = std::getenv("KVCACHE_TEST_GPU_EMULATOR");
-    const std::string emulator = from_env != nullptr ? from_env : KVCACHE_TEST_GPU_EMULATOR;
-    if (!emulator.empty()) settings.paths.push_back({emulator, true, {}});
-    return Registry::load(settings);
-  }();
-  return *r;
-}
-
-inline std::vector<std::string> backend_names() {
-  return registry().names(ComponentKind::backend);
-}
-
-// Formats beyond the built-in ones to run every case with: KVCACHE_TEST_FORMATS, a comma-separated
-// list of quantizer components found on KVCACHE_PLUGIN_PATH (the out-of-tree test sets both for
-// its own format).
-inline std::vector<std::string> extra_formats() {
-  std::vector<std::string> names;
-  const char* list = std::getenv("KVCACHE_TEST_FORMATS");
-  std::string_view rest = list != nullptr ? list : "";
-  while (!rest.empty()) {
-    const std::size_t comma = std::min(rest.find(','), rest.size());
-    if (comma > 0) names.emplace_back(rest.substr(0, comma));
-    rest.remove_prefix(std::min(comma + 1, rest.size()));
-  }
-  return names;
-}
-
-// The spec with the codecs a store needs for formats that are not built in (as Cache::open).
-inline StoreSpec with_codecs(const StoreSpec& spec) {
-  return kvcache::with_codecs(spec, registry());
-}
-
-// Why `backend` cannot run `spec` here, or empty when it can: not installed, unavailable (with
-// the backend's own reason), or a storage format it does not run (as its capabilities say).
-inline std::string skip_reason(const std::string& backend, const StoreSpec& spec) {
-  const ComponentInfo* info = registry().find(ComponentKind::backend, backend);
-  if (info == nullptr) return "backend " + backend + " is not installed";
-  if (!info->available) return "backend " + backend + " unavailable: " + info->unavailable_reason;
-  for (const std::string& f : {spec.k_format, spec.v_format})
-    if (const auto why = format_refusal(*info, f)) return *why;
-  return {};
-}
-
-// A store from `backend`, or null when skip_reason() says why not.
-inline std::unique_ptr<CacheStore> open_store(const std::string& backend, const StoreSpec& spec) {
-  if (!skip_reason(backend, spec).empty()) return nullptr;
-  return registry().create_backend(backend)->create_store(with_codecs(spec));
+// Tags the running case with the component it tests and its formats, for the support matrix
+// (report.hpp reads them back as test properties).
+inline void record_case(const std::string& backend, const std::string& formats) {
+  ::testing::Test::RecordProperty("component", backend);
+  ::testing::Test::RecordProperty("formats", formats);
 }
 
 // A format's reference codec for one slot's codes and meta: the reference code for a built-in

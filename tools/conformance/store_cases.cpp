@@ -14,9 +14,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "fixture.hpp"
 #include "kvcache/formats.hpp"
 #include "kvcache/numeric.hpp"
-#include "store_fixture.hpp"
 
 namespace kvcache::conformance {
 namespace {
@@ -64,6 +64,7 @@ std::vector<StoreCase> store_cases() {
       cases.push_back({backend, "fp16", f, 8});
     }
   }
+  std::erase_if(cases, [](const StoreCase& c) { return !wanted(c.k_format, c.v_format); });
   return cases;
 }
 
@@ -88,6 +89,10 @@ class StoreConformance : public ::testing::TestWithParam<StoreCase> {
   static constexpr std::uint32_t kLayers = 2;
   static constexpr std::uint32_t kHeads = 2;
   static constexpr std::uint32_t kDim = 32;
+
+  void SetUp() override {
+    record_case(GetParam().backend, GetParam().k_format + "/" + GetParam().v_format);
+  }
 
   StoreSpec spec(std::uint64_t pages) const {
     StoreSpec s;

@@ -24,6 +24,7 @@ void add_bench_command(CLI::App& app, const Globals& globals);
 void add_plan_command(CLI::App& app);
 void add_tensor_commands(CLI::App& app, const Globals& globals);
 void add_evaluate_command(CLI::App& app, const Globals& globals);
+void add_conformance_command(CLI::App& app, const Globals& globals);
 
 // Sets up spdlog on stderr at the given level ("trace".."off"); throws on an unknown level.
 void setup_logging(const std::string& level);

@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   tool::add_plan_command(app);
   tool::add_tensor_commands(app, globals);
   tool::add_evaluate_command(app, globals);
+  tool::add_conformance_command(app, globals);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
