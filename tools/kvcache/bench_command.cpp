@@ -23,6 +23,10 @@ namespace {
 void add_step_command(CLI::App& bench, const Globals& globals) {
   CLI::App* step = bench.add_subcommand(
       "step", "Decode steps through the Cache, planned per step and per layer: where time goes");
+  examples(
+      step,
+      {"kvcache bench step", "kvcache bench step --format int8-per-token --batch 8 --tokens 1024",
+       "kvcache bench step --backend cuda --q-heads 32 --kv-heads 8 --head-dim 128 --json"});
   struct Flags {
     StepBenchOptions options;
     bool json = false;
@@ -87,6 +91,8 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
       "bench",
       "Serving simulation through the Cache (the main job); `bench attention`: one kernel");
   bench->require_subcommand(0, 1);
+  examples(bench, {"kvcache bench", "kvcache bench --config my.yaml --requests 200 --json",
+                   "kvcache bench --trace requests.jsonl --chart run.svg"});
   struct SimFlags {
     SimulationOptions options;
     bool json = false;
@@ -157,6 +163,10 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
   CLI::App* attention = bench->add_subcommand(
       "attention",
       "One layer of decode attention (or a prefill chunk), against the machine's read bandwidth");
+  examples(attention,
+           {"kvcache bench attention --format int4-group:group=64 --tokens 32768 --batch 8",
+            "kvcache bench attention --k-format int8-per-token --v-format int4-group --json",
+            "kvcache bench attention --queries 256 --mask sink-window:4:1024"});
   struct Flags {
     AttentionBenchOptions options;
     std::string format, k_format = "fp16", v_format = "fp16", mask = "causal";

@@ -2,6 +2,8 @@
 // chosen; `Globals` holds the options every subcommand shares.
 #pragma once
 
+#include <initializer_list>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -25,6 +27,17 @@ void add_plan_command(CLI::App& app);
 void add_tensor_commands(CLI::App& app, const Globals& globals);
 void add_evaluate_command(CLI::App& app, const Globals& globals);
 void add_conformance_command(CLI::App& app, const Globals& globals);
+
+// Ends a subcommand's --help with examples, one command line each.
+inline void examples(CLI::App* command, std::initializer_list<const char*> lines) {
+  std::string footer = "\nExamples:";
+  for (const char* line : lines) footer += std::string("\n  ") + line;
+  command->footer(footer);
+}
+
+// "kvcache: unknown command 'bencj' (did you mean 'bench'?)" when parsing stopped at a word that
+// names no subcommand.
+std::optional<std::string> unknown_command(const CLI::App& app);
 
 // Sets up spdlog on stderr at the given level ("trace".."off"); throws on an unknown level.
 void setup_logging(const std::string& level);

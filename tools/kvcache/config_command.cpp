@@ -32,17 +32,21 @@ bool check(const std::string& file) {
 void add_config_command(CLI::App& app, const Globals&) {
   CLI::App* config = app.add_subcommand("config", "Validate or show configurations");
   config->require_subcommand(1);
+  examples(config, {"kvcache config show > my.yaml", "kvcache config check my.yaml"});
 
   CLI::App* check_cmd = config->add_subcommand(
       "check", "Validate a config file: print its errors (exit 1) or the resolved config (exit 0)");
   auto file = std::make_shared<std::string>();
   check_cmd->add_option("FILE", *file, "YAML config file")->required();
+  examples(check_cmd, {"kvcache config check my.yaml",
+                       "KVCACHE_CACHE_CAPACITY=8GiB kvcache config check my.yaml"});
   check_cmd->callback([file] {
     if (!check(*file)) throw CLI::RuntimeError(1);
   });
 
   CLI::App* show = config->add_subcommand("show", "Print the embedded default config");
   show->callback([] { std::cout << default_config_yaml(); });
+  examples(show, {"kvcache config show", "kvcache config show > my.yaml"});
 }
 
 }  // namespace kvcache::tool

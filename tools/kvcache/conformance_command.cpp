@@ -76,11 +76,9 @@ void add_conformance_command(CLI::App& app, const Globals& globals) {
                   "cases by GoogleTest name: globs separated by ':', '-' before exclusions")
       ->capture_default_str();
   cmd->add_flag("--json", options->json, "the outcome of every case as JSON, for CI");
-  cmd->footer(
-      "Examples:\n"
-      "  kvcache conformance --backend cpu-tbb --filter '*Prefix*'\n"
-      "  kvcache conformance --plugin build/kvcache-scalar-backend.so --backend scalar\n"
-      "  kvcache conformance --plugin build/kvcache-nf4-format.so --format nf4 --json");
+  examples(cmd, {"kvcache conformance --backend cpu-tbb --filter '*Prefix*'",
+                 "kvcache conformance --plugin build/kvcache-scalar-backend.so --backend scalar",
+                 "kvcache conformance --plugin build/kvcache-nf4-format.so --format nf4 --json"});
   cmd->callback([options, &globals] { run_conformance(*options, globals); });
 }
 

@@ -250,6 +250,9 @@ void add_evaluate_command(CLI::App& app, const Globals& globals) {
   auto f = std::make_shared<EvaluateFlags>();
   CLI::App* evaluate =
       app.add_subcommand("evaluate", "Quantization error on your model's dumped K/V, ranked");
+  examples(evaluate, {"kvcache evaluate --kv kv.safetensors",
+                      "kvcache evaluate --kv kv.npy --formats int8-per-token,int4-group --json",
+                      "kvcache evaluate --kv kv.npy --q q.npy"});
   evaluate
       ->add_option("--kv", f->kv,
                    ".safetensors (k/v pairs [tokens, kv_heads, head_dim]) or .npy [2, tokens, "

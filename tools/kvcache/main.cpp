@@ -1,11 +1,16 @@
 // kvcache: plan, check and inspect KV caches from the command line.
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "commands.hpp"
 #include "kvcache/config.hpp"
+#include "kvcache/nearest_name.hpp"
 #include "kvcache/status.hpp"
 
 #ifndef KVCACHE_VERSION
@@ -19,6 +24,18 @@ Config selected_config(const Globals& globals) {
   return globals.config_file.empty() ? default_config(env) : load_config(globals.config_file, env);
 }
 
+std::optional<std::string> unknown_command(const CLI::App& app) {
+  if (!app.get_subcommands().empty()) return std::nullopt;
+  const std::vector<std::string> words = app.remaining();
+  const auto word = std::find_if(words.begin(), words.end(),
+                                 [](const std::string& w) { return !w.empty() && w[0] != '-'; });
+  if (word == words.end()) return std::nullopt;
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+  return "kvcache: unknown command '" + *word + "'" + did_you_mean(*word, names) +
+         "; kvcache --help lists them";
+}
+
 }  // namespace kvcache::tool
 
 int main(int argc, char** argv) {
@@ -28,6 +45,9 @@ int main(int argc, char** argv) {
                                         std::to_string(KVC_ABI_MAJOR) + "." +
                                         std::to_string(KVC_ABI_MINOR) + ")");
   app.require_subcommand(1);
+  // The global options work after a subcommand too (`kvcache bench --config FILE`): what a
+  // subcommand does not know falls through to here. Subcommands inherit this when added.
+  app.fallthrough();
   tool::Globals globals;
   if (const char* level = std::getenv("KVCACHE_LOG_LEVEL")) globals.log_level = level;
   app.add_option("--log-level", globals.log_level,
@@ -44,9 +64,15 @@ int main(int argc, char** argv) {
   tool::add_tensor_commands(app, globals);
   tool::add_evaluate_command(app, globals);
   tool::add_conformance_command(app, globals);
+  tool::examples(&app,
+                 {"kvcache bench", "kvcache --config my.yaml plugins", "kvcache COMMAND --help"});
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (const auto unknown = tool::unknown_command(app)) {
+      std::cerr << *unknown << '\n';
+      return static_cast<int>(CLI::ExitCodes::ExtrasError);
+    }
     return app.exit(e);
   } catch (const ConfigError& e) {
     std::cerr << e.what() << '\n';

@@ -157,6 +157,9 @@ void add_plan_command(CLI::App& app) {
   auto f = std::make_shared<PlanFlags>();
   CLI::App* plan =
       app.add_subcommand("plan", "KV cache memory per format, attention layout and batch");
+  examples(plan, {"kvcache plan --preset llama-3-70b --context 32768 --batch 16",
+                  "kvcache plan --memory 24GiB --weights 16GiB --json",
+                  "kvcache plan --preset mistral-7b --window 4096"});
   plan->add_option("--preset", f->preset, "llama-3-8b, llama-3-70b, mistral-7b, qwen2.5-7b")
       ->capture_default_str();
   plan->add_option("--layers", f->layers, "override the preset's layers")

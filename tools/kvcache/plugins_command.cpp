@@ -77,10 +77,10 @@ void print_table(const Registry& registry, const SearchPlan& plan) {
                                list_or_any(caps.formats), list_or_any(caps.head_dims),
                                list_or_any(caps.page_sizes));
     if (c.kind == ComponentKind::backend)
-      std::cout << fmt::format("  {:<10} {}; numerics {}\n", "",
-                               caps.foreign_formats ? "any other format through its own codec"
-                                                    : "no other format",
-                               caps.numerics.dump());
+      std::cout << fmt::format(
+          "  {:<10} {}; numerics {}\n", "",
+          caps.foreign_formats ? "any other format through its own codec" : "no other format",
+          caps.numerics.dump());
   }
   const auto& rejected = registry.rejected();
   std::cout << fmt::format("{} plugin files rejected\n", rejected.size());
@@ -97,6 +97,7 @@ void add_plugins_command(CLI::App& app, const Globals& globals) {
   CLI::App* sub = app.add_subcommand("plugins",
                                      "List every plugin component found and every "
                                      "plugin file rejected, with the reason");
+  examples(sub, {"kvcache plugins", "KVCACHE_PLUGIN_PATH=./build kvcache plugins --json"});
   auto json = std::make_shared<bool>(false);
   sub->add_flag("--json", *json, "print one JSON object");
   sub->callback([&globals, json] {

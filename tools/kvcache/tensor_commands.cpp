@@ -205,6 +205,10 @@ void add_tensor_commands(CLI::App& app, const Globals& globals) {
   auto qf = std::make_shared<QuantizeFlags>();
   CLI::App* quantize = app.add_subcommand(
       "quantize", "Quantize [..., head_dim] floats; write codes, scales, zeros, dequantized");
+  examples(
+      quantize,
+      {"kvcache quantize --format int8-per-token --in k.npy --out k8.safetensors",
+       "kvcache quantize --format kivi-k --bits 2 --group 32 --in k.npy --out k2.safetensors"});
   CLI::Option* format =
       quantize->add_option("--format", qf->format, "storage format, e.g. int8-per-token");
   quantize->add_option("--scheme", qf->scheme, "the old name of --format (deprecated)")
@@ -225,6 +229,9 @@ void add_tensor_commands(CLI::App& app, const Globals& globals) {
   auto af = std::make_shared<AttentionFlags>();
   CLI::App* attention = app.add_subcommand(
       "attention", "Attention of Q over K, V through a backend; write tensor 'out'");
+  examples(attention, {"kvcache attention --q q.npy --k k.npy --v v.npy --out out.safetensors",
+                       "kvcache attention --q q.npy --k k.npy --v v.npy --out out.safetensors "
+                       "--mask sink-window:4:1024 --k-format int8-per-token"});
   attention->add_option("--q", af->q, "Q [q_heads, q_len, head_dim] (.npy/.safetensors)")
       ->required();
   attention->add_option("--k", af->k, "K [kv_heads, kv_len, head_dim]")->required();
