@@ -30,6 +30,13 @@ set(KVCACHE_INSTALL_CMAKE_DIR "${CMAKE_INSTALL_LIBDIR}/cmake/kvcache")
 add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:-Wall;-Wextra;-Wpedantic>"
                     "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>")
 
+# The presets turn this on: a warning fails the build (C and C++; nvcc and hipcc output stays
+# advisory, their toolchains differ by machine).
+option(KVCACHE_WARNINGS_AS_ERRORS "Treat compiler warnings as errors" OFF)
+if(KVCACHE_WARNINGS_AS_ERRORS)
+  add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:-Werror>")
+endif()
+
 find_program(CCACHE_PROGRAM ccache)
 if(CCACHE_PROGRAM)
   set(CMAKE_C_COMPILER_LAUNCHER "${CCACHE_PROGRAM}")

@@ -3,7 +3,7 @@
 set -euo pipefail
 
 packages=(
-  cmake ninja-build g++ ccache git
+  cmake ninja-build g++ ccache git clang-format
   libboost-dev libboost-context-dev libtbb-dev libspdlog-dev libfmt-dev libyaml-cpp-dev nlohmann-json3-dev
   libcli11-dev libdlpack-dev libgtest-dev libgmock-dev libbenchmark-dev
   hipcc libamdhip64-dev  # the ROCm/HIP backend builds everywhere (CUDA uses nvcc when present)

@@ -1,10 +1,10 @@
 // `kvcache quantize` and `kvcache attention` run as a user would (the real binary, files on
 // disk), their outputs checked against the reference formulas.
+#include <unistd.h>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -26,8 +26,8 @@ namespace fs = std::filesystem;
 
 // One folder per test process: ctest runs the tests of this file in parallel processes.
 fs::path scratch() {
-  const fs::path dir = fs::temp_directory_path() /
-                       ("kvcache-tensor-commands-" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("kvcache-tensor-commands-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   return dir;
 }

@@ -9,8 +9,8 @@
 
 #include <gtest/gtest.h>
 
-#include "kvcache/formats.hpp"
 #include "fixture.hpp"
+#include "kvcache/formats.hpp"
 
 namespace kvcache::conformance {
 namespace {

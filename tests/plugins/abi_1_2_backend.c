@@ -56,8 +56,8 @@ static int32_t info(void* self, kvc_store_info* out, kvc_error* err) {
    and info are implemented; a test calls nothing else. */
 static kvc_store_table store_table;
 
-static int32_t create_store(void* self, const char* spec, const kvc_store_table** table,
-                            void** out, kvc_error* err) {
+static int32_t create_store(void* self, const char* spec, const kvc_store_table** table, void** out,
+                            kvc_error* err) {
   (void)self, (void)spec, (void)err;
   memset(&store_table, 0, sizeof(store_table));
   store_table.struct_size = offsetof(kvc_store_table, format);

@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "block16.hpp"
+#include "block_attention.hpp"
 #include "cpu_features.hpp"
 #include "kvcache/formats.hpp"
 #include "kvcache/numeric.hpp"
-#include "block_attention.hpp"
 
 namespace {
 
