@@ -1,7 +1,7 @@
 // The cpu-tbb CacheStore: the core's PagedStoreBase (a PageBook) for bookkeeping, with per-layer
 // K and V pools carved from one host allocation made at creation.
 //
-// Memory: for each layer, a K pool then a V pool, each [page][kv_head] tiles of the format's
+// Memory: for each layer, a K pool then a V pool, each [kv_head][page] tiles of the format's
 // tile_bytes. Structural changes (reserve, fork, drop, release, prefix) take the lock
 // exclusively; append takes it shared, so appends to different sequences run concurrently.
 // Within one append, work is split over sequences x heads.

@@ -1,4 +1,4 @@
-// Attention over a CacheStore (see DESIGN.md "Attention"): decode (one query token per
+// Attention over a CacheStore (docs/architecture.md): decode (one query token per
 // sequence) and prefill (many per sequence), MHA/GQA/MQA, any mask through the visible ranges
 // it answered, every stored format read in place.
 #pragma once

@@ -1,4 +1,4 @@
-// CacheStore: paged KV memory on one device (see DESIGN.md "CacheStore").
+// CacheStore: paged KV memory on one device (docs/architecture.md).
 //
 // A page holds page_size token slots for every layer: one page id is valid across all layers,
 // each layer having its own pools. A sequence grows by reserve() (all-or-nothing: on failure

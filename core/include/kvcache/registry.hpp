@@ -42,7 +42,7 @@ struct RejectedPlugin {
   std::string reason;
 };
 
-// Where the loader looks, in this order (see DESIGN.md "The plugin boundary").
+// Where the loader looks, in this order (docs/configuration.md, "Plugin discovery").
 struct SearchPlan {
   std::vector<std::filesystem::path> forced_files;  // config plugins.paths that are files
   std::vector<std::filesystem::path> env_entries;   // KVCACHE_PLUGIN_PATH: files or folders
