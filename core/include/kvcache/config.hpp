@@ -1,4 +1,4 @@
-// The configuration: YAML with one section per component kind (see DESIGN.md "Configuration").
+// The configuration: YAML with one section per component kind (docs/configuration.md).
 // A file only states what differs from the embedded default; environment variables override
 // single keys. Every error names where it came from (file:line:column or the variable), the key,
 // what was expected, and the nearest valid name.
@@ -113,6 +113,9 @@ KVCACHE_API Config parse_config(std::string_view yaml, const std::string& origin
                                 const Environment& env);
 // Reads a file (a missing or unreadable file is a ConfigError naming it) and parses it.
 KVCACHE_API Config load_config(const std::filesystem::path& file, const Environment& env);
+// A config file, a YAML text (one holding a ':' or a line break that names no existing file,
+// origin "<yaml text>"), or empty for the embedded default; with `env` applied.
+KVCACHE_API Config read_config(std::string_view path_or_yaml, const Environment& env);
 // The resolved config as YAML, parseable by parse_config back into an equal Config.
 KVCACHE_API std::string to_yaml(const Config& config);
 

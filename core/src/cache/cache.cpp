@@ -206,12 +206,7 @@ std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const R
 }
 
 std::unique_ptr<Cache> Cache::open(std::string_view path_or_yaml) {
-  const Environment env = process_environment();
-  const bool yaml = path_or_yaml.find_first_of(":\n") != std::string_view::npos &&
-                    !std::filesystem::exists(std::filesystem::path(path_or_yaml));
-  const Config config = path_or_yaml.empty() ? default_config(env)
-                        : yaml               ? parse_config(path_or_yaml, "<yaml text>", env)
-                               : load_config(std::filesystem::path(path_or_yaml), env);
+  const Config config = read_config(path_or_yaml, process_environment());
   return open(config, Registry::load(config.plugins));
 }
 

@@ -561,6 +561,14 @@ Config load_config(const std::filesystem::path& file, const Environment& env) {
   return resolve(text.str(), name, env);
 }
 
+Config read_config(std::string_view path_or_yaml, const Environment& env) {
+  if (path_or_yaml.empty()) return default_config(env);
+  const bool yaml = path_or_yaml.find_first_of(":\n") != std::string_view::npos &&
+                    !std::filesystem::exists(std::filesystem::path(path_or_yaml));
+  return yaml ? parse_config(path_or_yaml, "<yaml text>", env)
+              : load_config(std::filesystem::path(path_or_yaml), env);
+}
+
 std::string to_yaml(const Config& config) {
   YAML::Emitter out;
   out << YAML::Comment("kvcache configuration resolved from " + config.origin);

@@ -1,0 +1,147 @@
+// kvcache._Cache: the facade (python/kvcache/cache.py wraps it with keyword configs), its
+// sequences, prefix cache and steps, and read-only views of its store copied out as numpy.
+#include <string>
+#include <vector>
+
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include "arrays.hpp"
+#include "bindings.hpp"
+#include "cache_handle.hpp"
+#include "step_handle.hpp"
+
+namespace nb = nanobind;
+
+namespace kvcache::python {
+namespace {
+
+nb::dict stats_of(const StoreStats& s) {
+  nb::dict d;
+  d["total_pages"] = s.total_pages;
+  d["used_pages"] = s.used_pages;
+  d["cached_pages"] = s.cached_pages;
+  d["free_pages"] = s.free_pages;
+  d["sequences"] = s.sequences;
+  d["occupied_slots"] = s.occupied_slots;
+  d["unused_slots"] = s.unused_slots;
+  d["page_bytes"] = s.page_bytes;
+  d["used_bytes"] = s.used_bytes();
+  d["utilization"] = s.utilization();
+  return d;
+}
+
+StepHandle* begin(CacheHandle& c, const std::vector<SeqId>& ids,
+                  const std::vector<std::uint32_t>& new_tokens) {
+  return new StepHandle(&c, locked(c, [&] { return c.cache->begin_step(ids, new_tokens); }));
+}
+
+}  // namespace
+
+void bind_cache(nb::module_& m) {
+  nb::class_<ModelShape>(m, "ModelShape")
+      .def_ro("layers", &ModelShape::layers)
+      .def_ro("q_heads", &ModelShape::q_heads)
+      .def_ro("kv_heads", &ModelShape::kv_heads)
+      .def_ro("head_dim", &ModelShape::head_dim)
+      .def("__repr__", [](const ModelShape& s) {
+        return "ModelShape(layers=" + std::to_string(s.layers) +
+               ", q_heads=" + std::to_string(s.q_heads) +
+               ", kv_heads=" + std::to_string(s.kv_heads) +
+               ", head_dim=" + std::to_string(s.head_dim) + ")";
+      });
+
+  nb::class_<CacheHandle>(m, "_Cache")
+      .def(
+          "__init__",
+          [](CacheHandle* self, const std::string& path_or_yaml) {
+            new (self) CacheHandle();
+            nb::gil_scoped_release release;
+            self->cache = Cache::open(path_or_yaml);
+          },
+          nb::arg("path_or_yaml") = "")
+      .def_prop_ro("backend", [](CacheHandle& c) { return c.cache->backend(); })
+      .def_prop_ro("model", [](CacheHandle& c) { return c.cache->model(); })
+      .def("stats",
+           [](CacheHandle& c) { return stats_of(locked(c, [&] { return c.cache->stats(); })); })
+      .def("info",
+           [](CacheHandle& c) {
+             const StoreInfo i = locked(c, [&] { return c.cache->store().info(); });
+             nb::dict d;
+             d["page_size"] = i.page_size;
+             d["total_pages"] = i.total_pages;
+             d["page_bytes"] = i.page_bytes;
+             return d;
+           })
+      .def("sequences",
+           [](CacheHandle& c) { return locked(c, [&] { return c.cache->sequences(); }); })
+      .def(
+          "add_sequence",
+          [](CacheHandle& c, std::int32_t priority) {
+            return locked(c, [&] { return c.cache->add_sequence(priority); });
+          },
+          nb::arg("priority") = 50)
+      .def("release", [](CacheHandle& c, SeqId id) { locked(c, [&] { c.cache->release(id); }); })
+      .def("fork",
+           [](CacheHandle& c, SeqId id) { return locked(c, [&] { return c.cache->fork(id); }); })
+      .def("match_prefix",
+           [](CacheHandle& c, SeqId id, nb::handle tokens) {
+             const std::vector<std::int32_t> ids = token_ids(tokens);
+             return locked(c, [&] { return c.cache->match_prefix(id, ids); });
+           })
+      .def("publish_prefix",
+           [](CacheHandle& c, SeqId id, nb::handle tokens) {
+             const std::vector<std::int32_t> ids = token_ids(tokens);
+             locked(c, [&] { c.cache->publish_prefix(id, ids); });
+           })
+      .def("begin_step", &begin, nb::arg("sequences"), nb::arg("new_tokens"),
+           nb::rv_policy::take_ownership, nb::keep_alive<0, 1>())
+      .def("length",
+           [](CacheHandle& c, SeqId id) {
+             return locked(c, [&] { return c.cache->store().length(id); });
+           })
+      .def("written",
+           [](CacheHandle& c, SeqId id, std::uint32_t layer) {
+             return locked(c, [&] { return c.cache->store().written(id, layer); });
+           })
+      .def("positions",
+           [](CacheHandle& c, SeqId id) {
+             return to_numpy(locked(c, [&] { return c.cache->store().positions(id); }));
+           })
+      .def("scores",
+           [](CacheHandle& c, SeqId id) {
+             return to_numpy(locked(c, [&] { return c.cache->store().scores(id); }));
+           })
+      .def(
+          "gather",
+          [](CacheHandle& c, std::uint32_t layer, SeqId id) {
+            const ModelShape& m = c.cache->model();
+            std::uint64_t n = 0;
+            std::unique_ptr<float[]> k, v;
+            locked(c, [&] {  // one locked call: no append comes between the count and the copy
+              n = c.cache->store().written(id, layer);
+              const std::size_t floats = n * m.kv_heads * m.head_dim;
+              k.reset(new float[floats]);
+              v.reset(new float[floats]);
+              std::int64_t shape[3] = {static_cast<std::int64_t>(n), m.kv_heads, m.head_dim};
+              DLTensor kt{k.get(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, shape, nullptr, 0};
+              DLTensor vt{v.get(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, shape, nullptr, 0};
+              c.cache->store().gather(layer, id, kt, vt);
+            });
+            return nb::make_tuple(numpy_of(std::move(k), {n, m.kv_heads, m.head_dim}),
+                                  numpy_of(std::move(v), {n, m.kv_heads, m.head_dim}));
+          },
+          nb::arg("layer"), nb::arg("sequence"),
+          "A copy of a sequence's K and V of one layer as float32 [tokens, kv_heads, head_dim]")
+      .def("page_table", [](CacheHandle& c, const std::vector<SeqId>& ids) {
+        const PageTable t = locked(c, [&] { return c.cache->store().page_table(ids); });
+        nb::dict d;
+        d["indptr"] = to_numpy(t.indptr);
+        d["indices"] = to_numpy(t.indices);
+        d["last_page_len"] = to_numpy(t.last_page_len);
+        return d;
+      });
+}
+
+}  // namespace kvcache::python

@@ -1,0 +1,93 @@
+"""Wrong input from Python: typed exceptions that name what was expected, and nothing changes."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import kvcache
+from conftest import rows
+
+
+def test_wrong_dtype_is_a_type_error_naming_the_layout(cache, rng):
+    step = cache.begin_step(cache.add_sequence(), 3)
+    with pytest.raises(TypeError, match=r"k must be \[3, 2, 64\] \(tokens, kv_heads, head_dim\) "
+                                        r"float32, float16 or bfloat16"):
+        step.append(0, rows(rng, 3, 2, dtype=np.float64), rows(rng, 3, 2))
+
+
+def test_wrong_shape_or_strides_is_a_value_error_and_never_a_copy(cache, rng):
+    step = cache.begin_step(cache.add_sequence(), 3)
+    with pytest.raises(ValueError, match=r"k must be \[3, 2, 64\].*got \[3, 2, 32\]"):
+        step.append(0, rows(rng, 3, 2, dim=32), rows(rng, 3, 2, dim=32))
+    strided = rows(rng, 6, 2)[::2]
+    with pytest.raises(ValueError, match="strided view"):
+        step.append(0, strided, strided)
+    with pytest.raises(TypeError):
+        step.append(0, [[0.0]], [[0.0]])
+    step.append(0, rows(rng, 3, 2), rows(rng, 3, 2))  # nothing changed: layer 0 still open
+
+
+def test_calls_out_of_order_are_invalid_arguments(cache, rng):
+    step = cache.begin_step(cache.add_sequence(), 1)
+    with pytest.raises(kvcache.InvalidArgument, match="layer 0"):
+        step.decode(0, rows(rng, 1, 4))
+    assert issubclass(kvcache.InvalidArgument, ValueError)
+
+
+def test_unknown_sequence_is_not_found(cache):
+    with pytest.raises(kvcache.NotFound, match="no sequence 99"):
+        cache.release(99)
+
+
+def test_config_errors_carry_their_diagnostics():
+    with pytest.raises(kvcache.ConfigError) as e:
+        kvcache.Cache("cache: {page_sise: 32}\n")
+    assert any(d.startswith("<yaml text>:1:") and "did you mean 'page_size'" in d
+               for d in e.value.diagnostics), e.value.diagnostics
+
+
+def test_cache_full_carries_the_report_and_reserves_nothing():
+    cache = kvcache.Cache(model={"layers": 1, "q_heads": 2, "kv_heads": 1, "head_dim": 16},
+                          backend=["cpu-tbb"], cache={"page_size": 16, "capacity": "4KiB"})
+    a = cache.add_sequence()
+    with pytest.raises(kvcache.CacheFull) as e:
+        cache.begin_step(a, 64)
+    assert isinstance(e.value, MemoryError)
+    assert isinstance(e.value.report, kvcache.EvictionReport)
+    assert "pages" in str(e.value)
+    assert cache.length(a) == 0
+
+
+def test_threads_share_one_cache_safely(cache):
+    """Four threads, each its own sequence, on one Cache. One step is open at a time per Cache
+    (the C++ contract): a thread that finds one open retries; calls between never collide."""
+    results = {}
+
+    def begin(seq):
+        while True:
+            try:
+                return cache.begin_step(seq, 1)
+            except kvcache.InvalidArgument as e:
+                assert "step" in str(e)
+                cache.stats()  # other calls go on meanwhile
+                time.sleep(0)
+
+    def work(i):
+        rng = np.random.default_rng(i)
+        seq = cache.add_sequence()
+        for _ in range(20):
+            step = begin(seq)
+            for layer in range(2):
+                step.append(layer, rows(rng, 1, 2), rows(rng, 1, 2))
+                step.decode(layer, rows(rng, 1, 4))
+            step.finish()
+        results[i] = cache.length(seq)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {i: 20 for i in range(4)}
