@@ -1,0 +1,122 @@
+"""A Llama forward pass in numpy (float32) whose K/V live in a kvcache Cache and whose attention
+kvcache computes: for every layer the step appends the new tokens' K and V and attends, batched
+over sequences, one token at a time or a chunk of a prompt at once. `dense_logits` is the same
+model recomputed from scratch with attention in float64, the yardstick of the exactness tests."""
+
+import numpy as np
+
+import kvcache
+
+
+def rms_norm(x, weight, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+
+
+def rope(x, positions, theta):
+    """rotate_half RoPE of x [tokens, heads, head_dim] at the tokens' positions."""
+    d = x.shape[-1]
+    inv = theta ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    angles = np.asarray(positions, np.float64)[:, None] * inv[None, :]  # [tokens, d/2]
+    cos = np.cos(angles).astype(np.float32)[:, None, :]
+    sin = np.sin(angles).astype(np.float32)[:, None, :]
+    first, second = x[..., : d // 2], x[..., d // 2:]
+    return np.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+class Model:
+    """SmolLM2 (any Llama) over a Cache whose model shape matches the weights'.
+
+    With `rowwise`, every projection multiplies one token's row at a time, so that a token's
+    activations are bit for bit the same whether it comes alone (decode) or in a chunk (prefill,
+    the dense recompute): BLAS sums a matrix product of many rows in another order than one of
+    one row, and a quantized format turns such last-bit differences into different codes. The
+    exactness tests use it; the experiments multiply whole chunks (faster)."""
+
+    def __init__(self, weights, rowwise=False):
+        self.w = weights
+        self.c = weights.config
+        self.rowwise = rowwise
+
+    def linear(self, x, w):
+        if not self.rowwise:
+            return x @ w.T
+        return np.concatenate([x[i:i + 1] @ w.T for i in range(len(x))])
+
+    def cache_config(self, **sections):
+        """The Cache keywords for this model: its shape, cpu-tbb, then `sections`."""
+        c = self.c
+        sections.setdefault("backend", ["cpu-tbb"])
+        sections["model"] = {"layers": c.layers, "q_heads": c.q_heads, "kv_heads": c.kv_heads,
+                             "head_dim": c.head_dim}
+        return sections
+
+    def step(self, cache, sequences, tokens):
+        """Runs one step: tokens[i] (ids) are appended to sequences[i]; returns the logits of
+        every new token in the step's order, [sum(len(t)), vocab], and the step's report."""
+        c = self.c
+        counts = [len(t) for t in tokens]
+        step = cache.begin_step(list(sequences), counts)
+        if list(step.sequences) != list(sequences):
+            raise RuntimeError(f"the step preempted some of its own sequences: {step.report}")
+        ids = np.concatenate([np.asarray(t, np.int64) for t in tokens])
+        positions = np.concatenate([cache.positions(s)[-n:] for s, n in zip(sequences, counts)])
+        decode = all(n == 1 for n in counts)
+        x = self.w.embedding[ids]
+        for layer, L in enumerate(self.w.layers):
+            h = rms_norm(x, L.attn_norm, c.rms_eps)
+            q = (self.linear(h, L.wq)).reshape(-1, c.q_heads, c.head_dim)
+            k = (self.linear(h, L.wk)).reshape(-1, c.kv_heads, c.head_dim)
+            v = np.ascontiguousarray((self.linear(h, L.wv)).reshape(-1, c.kv_heads, c.head_dim))
+            q = np.ascontiguousarray(rope(q, positions, c.rope_theta))
+            step.append(layer, np.ascontiguousarray(rope(k, positions, c.rope_theta)), v)
+            attended = step.decode(layer, q) if decode else step.prefill(layer, q)
+            x = x + self.linear(attended.reshape(len(ids), -1), L.wo)
+            h = rms_norm(x, L.ffn_norm, c.rms_eps)
+            x = x + self.linear(silu(self.linear(h, L.w_gate)) * self.linear(h, L.w_up), L.w_down)
+        report = step.finish()
+        return self.linear(rms_norm(x, self.w.output_norm, c.rms_eps), self.w.embedding), report
+
+    def dense_logits(self, ids):
+        """Logits of every token of `ids` from a full recompute, causal attention in float64."""
+        c = self.c
+        ids = np.asarray(ids, np.int64)
+        n, group = len(ids), c.q_heads // c.kv_heads
+        positions = np.arange(n)
+        causal = np.tril(np.ones((n, n), bool))
+        x = self.w.embedding[ids]
+        for L in self.w.layers:
+            h = rms_norm(x, L.attn_norm, c.rms_eps)
+            q = rope((self.linear(h, L.wq)).reshape(n, c.q_heads, c.head_dim), positions, c.rope_theta)
+            k = rope((self.linear(h, L.wk)).reshape(n, c.kv_heads, c.head_dim), positions, c.rope_theta)
+            v = (self.linear(h, L.wv)).reshape(n, c.kv_heads, c.head_dim)
+            k = np.repeat(k.astype(np.float64), group, axis=1)
+            v = np.repeat(v.astype(np.float64), group, axis=1)
+            logits = np.einsum("qhd,khd->hqk", q.astype(np.float64), k) / np.sqrt(c.head_dim)
+            logits = np.where(causal[None], logits, -np.inf)
+            weights = np.exp(logits - logits.max(axis=-1, keepdims=True))
+            weights /= weights.sum(axis=-1, keepdims=True)
+            attended = np.einsum("hqk,khd->qhd", weights, v).astype(np.float32)
+            x = x + self.linear(attended.reshape(n, -1), L.wo)
+            h = rms_norm(x, L.ffn_norm, c.rms_eps)
+            x = x + self.linear(silu(self.linear(h, L.w_gate)) * self.linear(h, L.w_up), L.w_down)
+        return self.linear(rms_norm(x, self.w.output_norm, c.rms_eps), self.w.embedding)
+
+    def generate(self, cache, prompt_ids, max_tokens, stop=None, chunk=256):
+        """Greedy completion of one prompt: the prompt in chunks of `chunk`, then token by token."""
+        seq = cache.add_sequence()
+        logits = None
+        for begin in range(0, len(prompt_ids), chunk):
+            logits, _ = self.step(cache, [seq], [prompt_ids[begin:begin + chunk]])
+        out = []
+        for _ in range(max_tokens):
+            token = int(np.argmax(logits[-1]))
+            if token == stop:
+                break
+            out.append(token)
+            logits, _ = self.step(cache, [seq], [[token]])
+        cache.release(seq)
+        return out
