@@ -36,10 +36,11 @@ class Model:
     one row, and a quantized format turns such last-bit differences into different codes. The
     exactness tests use it; the experiments multiply whole chunks (faster)."""
 
-    def __init__(self, weights, rowwise=False):
+    def __init__(self, weights, rowwise=False, kv_transform=None):
         self.w = weights
         self.c = weights.config
         self.rowwise = rowwise
+        self.kv_transform = kv_transform  # (k, v) -> (k, v) before they are appended
 
     def linear(self, x, w):
         if not self.rowwise:
@@ -57,6 +58,14 @@ class Model:
     def step(self, cache, sequences, tokens):
         """Runs one step: tokens[i] (ids) are appended to sequences[i]; returns the logits of
         every new token in the step's order, [sum(len(t)), vocab], and the step's report."""
+        hidden, report = self.step_hidden(cache, sequences, tokens)
+        return self.logits(hidden), report
+
+    def logits(self, hidden):
+        return self.linear(hidden, self.w.embedding)
+
+    def step_hidden(self, cache, sequences, tokens):
+        """As step(), the final normalized hidden states instead of the logits."""
         c = self.c
         counts = [len(t) for t in tokens]
         step = cache.begin_step(list(sequences), counts)
@@ -72,13 +81,16 @@ class Model:
             k = (self.linear(h, L.wk)).reshape(-1, c.kv_heads, c.head_dim)
             v = np.ascontiguousarray((self.linear(h, L.wv)).reshape(-1, c.kv_heads, c.head_dim))
             q = np.ascontiguousarray(rope(q, positions, c.rope_theta))
-            step.append(layer, np.ascontiguousarray(rope(k, positions, c.rope_theta)), v)
+            k = np.ascontiguousarray(rope(k, positions, c.rope_theta))
+            if self.kv_transform is not None:  # e.g. a format's reference round trip
+                k, v = self.kv_transform(k, v)
+            step.append(layer, k, v)
             attended = step.decode(layer, q) if decode else step.prefill(layer, q)
             x = x + self.linear(attended.reshape(len(ids), -1), L.wo)
             h = rms_norm(x, L.ffn_norm, c.rms_eps)
             x = x + self.linear(silu(self.linear(h, L.w_gate)) * self.linear(h, L.w_up), L.w_down)
         report = step.finish()
-        return self.linear(rms_norm(x, self.w.output_norm, c.rms_eps), self.w.embedding), report
+        return rms_norm(x, self.w.output_norm, c.rms_eps), report
 
     def dense_logits(self, ids):
         """Logits of every token of `ids` from a full recompute, causal attention in float64."""
