@@ -144,3 +144,21 @@ def test_the_accuracy_experiment_in_small(smollm2):
     assert rows["int8-per-token"]["delta_pct"] < 1.0
     assert rows["int4-group 32"]["delta_pct"] > rows["int8-per-token"]["delta_pct"]
     assert rows["int4-group 32"]["bytes_per_token"] < rows["int8-per-token"]["bytes_per_token"]
+
+
+def test_kvcache_evaluate_ranks_the_models_own_kv(smollm2, tmp_path):
+    """K/V dumped from the model (one layer, 256 tokens) through `kvcache evaluate`: it reads
+    them and ranks fp16 first and int4-group last among the formats both rank."""
+    import json
+    import os
+    import subprocess
+    from kvcache.models import dump_kv
+    tool = os.environ.get("KVCACHE_TOOL")
+    if not tool:
+        pytest.skip("KVCACHE_TOOL (the kvcache tool's path) is not set; ctest sets it")
+    model, tok = smollm2
+    (file,) = dump_kv.dump(tmp_path, [14], 256, model, tok)
+    done = subprocess.run([tool, "evaluate", "--kv", str(file), "--json"], capture_output=True,
+                          text=True, check=True)
+    ranking = [r["format"] for r in json.loads(done.stdout)["ranking"]]
+    assert ranking[0] == "fp16" and ranking.index("int4-group") > ranking.index("int8-per-token")
