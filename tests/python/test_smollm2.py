@@ -131,7 +131,7 @@ def test_the_accuracy_experiment_in_small(smollm2):
     """python -m kvcache.eval --smoke: two chunks of Pride and Prejudice, fp32, fp16, int8 and
     int4; the figures must be sane as the field reports them (fp16 free, int8 under 1%, loss
     growing as bits shrink)."""
-    from kvcache import eval as experiment
+    from kvcache.eval import formats as experiment
     from kvcache.models.fetch import ModelUnavailable
     formats = [f for f in experiment.FORMATS if f[0] in experiment.SMOKE]
     try:

@@ -678,5 +678,16 @@ TEST_F(LoadConfig, DirectoryIsAConfigError) {
   }
 }
 
+// read_config: a file, a YAML text, or the embedded default. A text longer than a file name may
+// be (here 4 KiB) is YAML, not a filesystem error.
+TEST_F(LoadConfig, ReadConfigTakesAFileATextOrNothing) {
+  EXPECT_EQ(read_config("", kNoEnv).origin, "<embedded default>");
+  std::string text = "cache: {page_size: 32}\n";
+  text.append(4096, ' ');
+  const Config long_text = read_config(text, kNoEnv);
+  EXPECT_EQ(long_text.origin, "<yaml text>");
+  EXPECT_EQ(long_text.cache.page_size, 32u);
+}
+
 }  // namespace
 }  // namespace kvcache

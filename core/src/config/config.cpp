@@ -563,8 +563,10 @@ Config load_config(const std::filesystem::path& file, const Environment& env) {
 
 Config read_config(std::string_view path_or_yaml, const Environment& env) {
   if (path_or_yaml.empty()) return default_config(env);
+  // A text longer than a file name may be makes exists() fail (ENAMETOOLONG): it is YAML then.
+  std::error_code not_a_file;
   const bool yaml = path_or_yaml.find_first_of(":\n") != std::string_view::npos &&
-                    !std::filesystem::exists(std::filesystem::path(path_or_yaml));
+                    !std::filesystem::exists(std::filesystem::path(path_or_yaml), not_a_file);
   return yaml ? parse_config(path_or_yaml, "<yaml text>", env)
               : load_config(std::filesystem::path(path_or_yaml), env);
 }

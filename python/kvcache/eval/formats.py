@@ -1,4 +1,4 @@
-"""python -m kvcache.eval: what each storage format costs SmolLM2-135M-Instruct's perplexity.
+"""What each storage format costs SmolLM2-135M-Instruct's perplexity (python -m kvcache.eval).
 
 llama.cpp's protocol: Pride and Prejudice tokenized, cut into chunks of --ctx tokens, each chunk
 a fresh sequence prefilled through kvcache, the second half of each chunk scored. Per format: the
@@ -9,14 +9,13 @@ quantization (K and V through the format's reference encode and decode, then fp3
 that what the kernels add (rounded queries) shows apart from the format's own loss.
 --smoke: fp32, fp16, int8 and int4 on two chunks (what CI runs)."""
 
-import argparse
 import json
-import math
 import time
 
 import numpy as np
 
 import kvcache
+from kvcache.eval.scoring import log_softmax, paired_delta, perplexity
 from kvcache.models import austen, fetch, gguf_llama, llama
 
 # name, K format, V format (a format: a name or {name, options...})
@@ -36,11 +35,6 @@ FORMATS = [
 SMOKE = ("fp32", "fp16", "int8-per-token", "int4-group 32")
 
 
-def log_softmax(logits):
-    top = logits.max(axis=-1, keepdims=True)
-    return logits - top - np.log(np.exp(logits - top).sum(axis=-1, keepdims=True))
-
-
 def score(model, cache, chunk, prefill):
     """Log-probabilities [n_scored, vocab] of a chunk's second half, and the targets."""
     seq = cache.add_sequence()
@@ -49,7 +43,7 @@ def score(model, cache, chunk, prefill):
     cache.release(seq)
     first = len(chunk) // 2
     h = np.concatenate(hidden)[first:-1]  # predicts tokens first+1 .. end
-    return log_softmax(model.logits(h).astype(np.float64)), np.asarray(chunk[first + 1:])
+    return log_softmax(model.logits(h)), np.asarray(chunk[first + 1:])
 
 
 def roundtrip(spec):
@@ -98,15 +92,12 @@ def run(formats, chunks, ctx, prefill, fake, out_json):
                 bytes_per_token = info["page_bytes"] / info["page_size"]
             row = {"format": name, "kind": kind, "k": k, "v": v,
                    "bytes_per_token": bytes_per_token,
-                   "tokens_scored": int(len(nll)), "perplexity": float(math.exp(nll.mean())),
+                   "tokens_scored": int(len(nll)), "perplexity": perplexity(nll),
                    "seconds": time.perf_counter() - start}
             if reference is None:
                 reference = (nll, logprobs)
             base_nll, base_lp = reference
-            diff = nll - base_nll
-            ratio = math.exp(diff.mean())
-            row["delta_pct"] = 100 * (ratio - 1)
-            row["delta_pct_se"] = 100 * ratio * diff.std(ddof=1) / math.sqrt(len(diff))
+            row["delta_pct"], row["delta_pct_se"] = paired_delta(nll, base_nll)
             kl, agree = [], []
             for p, q in zip(base_lp, logprobs):
                 kl.append((np.exp(p) * (p - q)).sum(axis=1))
@@ -131,24 +122,3 @@ def format_row(r):
     return (f"{r['format']:<22} {r['kind']:<8} {r['bytes_per_token']:>8.0f} "
             f"{r['perplexity']:>8.3f} {delta:>14} {r['mean_kl']:>9.5f} "
             f"{r['top1_agreement']:>7.4f}")
-
-
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--chunks", type=int, default=16, help="chunks of --ctx tokens")
-    parser.add_argument("--ctx", type=int, default=1024)
-    parser.add_argument("--prefill", type=int, default=256, help="tokens per prefill step")
-    parser.add_argument("--formats", help="comma-separated names of the rows (default: all)")
-    parser.add_argument("--fake", action="store_true", help="also fake quantization per format")
-    parser.add_argument("--smoke", action="store_true", help="fp32, fp16, int8, int4; 2 chunks")
-    parser.add_argument("--json", help="write the rows here")
-    args = parser.parse_args()
-    names = SMOKE if args.smoke else (args.formats.split(",") if args.formats else None)
-    formats = [f for f in FORMATS if names is None or f[0] in names]
-    chunks = 2 if args.smoke else args.chunks
-    print(HEADER)
-    run(formats, chunks, args.ctx, args.prefill, args.fake, args.json)
-
-
-if __name__ == "__main__":
-    main()
