@@ -4,7 +4,8 @@
 # The third-party kit as an outside author meets it, from a temporary install prefix:
 #   build   installs kvcache into WORK_DIR/prefix and builds every folder of examples/ against it
 #           alone (find_package(kvcache)), and a program with pkg-config;
-#   check   the installed tool lists the examples' plugins beside its own; engine_loop and
+#   check   the installed tool lists the examples' plugins beside its own, and a copy of the
+#           prefix elsewhere loads its own (relocatable); engine_loop and
 #           lfu_demo run; the nf4 format runs end to end (config check, bench, evaluate) and
 #           passes `kvcache conformance --format nf4` on cpu-tbb;
 #   scalar  `kvcache conformance --plugin <scalar-backend>` passes every case;
@@ -81,6 +82,18 @@ elseif(MODE STREQUAL "check")
     message(FATAL_ERROR "unexpected rejected plugins:\n${output}")
   endif()
   message(STATUS "installed kvcache lists: ${found}")
+
+  # Relocatable: the prefix moved elsewhere still finds its library and plugins.
+  set(moved "${WORK_DIR}/moved")
+  file(REMOVE_RECURSE "${moved}")
+  file(COPY "${prefix}/" DESTINATION "${moved}")
+  set(ENV{KVCACHE_PLUGIN_PATH} "")
+  run("${moved}/bin/kvcache" plugins --json)
+  if(NOT output MATCHES "\"file\": \"${moved}/lib/kvcache/plugins/kvcache-masks.so\"")
+    message(FATAL_ERROR "the moved prefix should load its own plugins:\n${output}")
+  endif()
+  file(REMOVE_RECURSE "${moved}")
+  set(ENV{KVCACHE_PLUGIN_PATH} "${plugin_path}")
 
   foreach(engine "${WORK_DIR}/engine_loop/engine_loop" "${WORK_DIR}/engine_loop_pc")
     run("${engine}")
