@@ -162,3 +162,19 @@ def test_kvcache_evaluate_ranks_the_models_own_kv(smollm2, tmp_path):
                           text=True, check=True)
     ranking = [r["format"] for r in json.loads(done.stdout)["ranking"]]
     assert ranking[0] == "fp16" and ranking.index("int4-group") > ranking.index("int8-per-token")
+
+
+def test_the_tokenizer_round_trips_the_corpus(smollm2):
+    """Every novel of the corpus encodes and decodes back to itself; digits are split one by
+    one (SmolLM's pre-tokenizer) and no BOS is added."""
+    from kvcache.models import austen
+    from kvcache.models.fetch import ModelUnavailable
+    _, tok = smollm2
+    try:
+        books = [austen.book(b) for b in austen.BOOKS]
+    except ModelUnavailable as e:
+        pytest.skip(f"the text is not available here: {e}")
+    for text in books:
+        assert tok.decode(tok.encode(text).ids, skip_special_tokens=False) == text
+    assert len(tok.encode("2024").ids) == 4
+    assert tok.encode("a").ids[0] != smollm2[0].c.bos
