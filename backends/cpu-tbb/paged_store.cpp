@@ -262,8 +262,7 @@ void PagedStore::gather(std::uint32_t layer, SeqId id, DLTensor& k, DLTensor& v)
 
 std::vector<std::byte> PagedStore::read_tile(std::uint32_t page, std::uint32_t layer,
                                              std::uint32_t head, bool value) const {
-  if (page >= book_.total_pages() || layer >= spec().model.layers || head >= spec().model.kv_heads)
-    throw Error(Code::invalid_argument, "read_tile: page, layer or head out of range");
+  book_.check_tile(page, layer, head);
   std::shared_lock lock(mutex_);
   const std::byte* t = tile(page, layer, head, value);
   return {t, t + (value ? v_codec_ : k_codec_).layout().tile_bytes};

@@ -308,8 +308,7 @@ void DeviceStore::gather(std::uint32_t layer, SeqId id, DLTensor& k, DLTensor& v
 
 std::vector<std::byte> DeviceStore::read_tile(std::uint32_t page, std::uint32_t layer,
                                               std::uint32_t head, bool value) const {
-  if (page >= book_.total_pages() || layer >= book_.spec().model.layers || head >= pools_.kv_heads)
-    throw Error(Code::invalid_argument, "read_tile: page, layer or head out of range");
+  book_.check_tile(page, layer, head);
   std::unique_lock lock(mutex_);
   const DeviceFormat& f = value ? pools_.v : pools_.k;
   std::vector<std::byte> out(f.tile_bytes);

@@ -4,13 +4,10 @@
 #include <string>
 
 #include "kvcache/numeric.hpp"
-#include "kvcache/status.hpp"
 #include "tensor_rows.hpp"
 
 namespace scalar {
 
-using kvcache::Code;
-using kvcache::Error;
 using kvcache::SeqId;
 
 HostStore::HostStore(const kvcache::StoreSpec& spec)
@@ -112,8 +109,7 @@ void HostStore::gather(std::uint32_t layer, SeqId id, DLTensor& k, DLTensor& v) 
 
 std::vector<std::byte> HostStore::read_tile(std::uint32_t page, std::uint32_t layer,
                                             std::uint32_t head, bool value) const {
-  if (page >= book_.total_pages() || layer >= spec().model.layers || head >= spec().model.kv_heads)
-    throw Error(Code::invalid_argument, "read_tile: page, layer or head out of range");
+  book_.check_tile(page, layer, head);
   std::unique_lock guard(mutex_);
   const std::byte* t = tile(page, layer, head, value);
   return {t, t + codec(value).layout().tile_bytes};

@@ -68,6 +68,11 @@ void PageBook::check_layer(std::uint32_t layer) const {
                                             std::to_string(spec_.model.layers) + " layers)");
 }
 
+void PageBook::check_tile(std::uint32_t page, std::uint32_t layer, std::uint32_t kv_head) const {
+  if (page >= total_pages() || layer >= spec_.model.layers || kv_head >= spec_.model.kv_heads)
+    throw Error(Code::invalid_argument, "read_tile: page, layer or head out of range");
+}
+
 bool PageBook::fully_written(const Sequence& s) const {
   return std::all_of(s.written.begin(), s.written.end(),
                      [&](std::uint64_t w) { return w == s.length; });

@@ -105,6 +105,8 @@ class PageBook {
   Sequence& find(SeqId id);
   const Sequence& find(SeqId id) const;
   void check_layer(std::uint32_t layer) const;
+  // What read_tile checks first: Error(invalid_argument) unless page, layer and KV head exist.
+  void check_tile(std::uint32_t page, std::uint32_t layer, std::uint32_t kv_head) const;
   const Position* positions_of(PageId page) const {
     return positions_.data() + std::size_t{page} * spec_.page_size;
   }
