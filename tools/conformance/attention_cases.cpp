@@ -93,17 +93,14 @@ std::vector<AttentionCase> attention_cases() {
 
 std::string case_name(const ::testing::TestParamInfo<AttentionCase>& info) {
   const FormatCase& f = info.param.format;
-  std::string n = info.param.backend + "_" + f.name +
-                  (f.name == "int4-group" && f.options.contains("group")
-                       ? "_g" + std::to_string(f.options["group"].get<std::uint32_t>())
-                       : "") +
-                  "_q" + std::to_string(info.param.heads.q) + "kv" +
-                  std::to_string(info.param.heads.kv) + "_p" +
-                  std::to_string(info.param.page_size) +
-                  (info.param.head_dim == 64 ? "" : "_d" + std::to_string(info.param.head_dim));
-  for (char& c : n)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  return n;
+  return test_name(info.param.backend + "_" + f.name +
+                   (f.name == "int4-group" && f.options.contains("group")
+                        ? "_g" + std::to_string(f.options["group"].get<std::uint32_t>())
+                        : "") +
+                   "_q" + std::to_string(info.param.heads.q) + "kv" +
+                   std::to_string(info.param.heads.kv) + "_p" +
+                   std::to_string(info.param.page_size) +
+                   (info.param.head_dim == 64 ? "" : "_d" + std::to_string(info.param.head_dim)));
 }
 
 // Error allowed against attention over the original float32 K/V (the format's own loss). A
@@ -810,10 +807,7 @@ std::vector<std::string> output_backends() {
 }
 INSTANTIATE_TEST_SUITE_P(Backends, AttentionOutputs, ::testing::ValuesIn(output_backends()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string n = info.param;
-                           for (char& c : n)
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return n;
+                           return test_name(info.param);
                          });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(AttentionOutputs);
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -20,6 +21,14 @@
 #include "setup.hpp"
 
 namespace kvcache::conformance {
+
+// A GoogleTest parameter name made of `text`: every character but letters and digits becomes '_'.
+inline std::string test_name(std::string text) {
+  std::replace_if(
+      text.begin(), text.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); },
+      '_');
+  return text;
+}
 
 // Tags the running case with the component it tests and its formats, for the support matrix
 // (report.hpp reads them back as test properties).

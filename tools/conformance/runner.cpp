@@ -1,13 +1,10 @@
 #include "runner.hpp"
 
-#include <utility>
-
 #include <gtest/gtest.h>
 
 namespace kvcache::conformance {
 
-std::vector<CaseResult> run(Setup setup, const RunOptions& options) {
-  configure(std::move(setup));  // before InitGoogleTest generates the cases
+std::vector<CaseResult> run(const RunOptions& options) {
   std::string program = "kvcache-conformance", filter = "--gtest_filter=" + options.filter;
   char* argv[] = {program.data(), filter.data(), nullptr};
   int argc = 2;

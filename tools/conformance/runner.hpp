@@ -1,6 +1,7 @@
 // Runs the conformance cases in this process and returns each one's outcome: what `kvcache
-// conformance` calls. The cases are GoogleTest's (store_cases.cpp, attention_cases.cpp), the same
-// ones ctest runs, so nothing is written twice; GoogleTest runs once per process.
+// conformance` calls, after configure() (setup.hpp). The cases are GoogleTest's
+// (store_cases.cpp, attention_cases.cpp), the same ones ctest runs, so nothing is written twice;
+// GoogleTest runs once per process.
 #pragma once
 
 #include <string>
@@ -16,6 +17,6 @@ struct RunOptions {
   bool progress = false;     // a progress line on stderr
 };
 
-std::vector<CaseResult> run(Setup setup, const RunOptions& options);
+std::vector<CaseResult> run(const RunOptions& options);
 
 }  // namespace kvcache::conformance

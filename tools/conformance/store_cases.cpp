@@ -38,12 +38,9 @@ void PrintTo(const StoreCase& c, std::ostream* os) {
 }
 
 std::string case_name(const ::testing::TestParamInfo<StoreCase>& info) {
-  std::string n = info.param.backend + "_" + info.param.k_format + "_" + info.param.v_format +
-                  "_p" + std::to_string(info.param.page_size) + "_" +
-                  std::to_string(info.param.k_options.value("bits", 0));
-  std::replace_if(
-      n.begin(), n.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
-  return n;
+  return test_name(info.param.backend + "_" + info.param.k_format + "_" + info.param.v_format +
+                   "_p" + std::to_string(info.param.page_size) + "_" +
+                   std::to_string(info.param.k_options.value("bits", 0)));
 }
 
 std::vector<StoreCase> store_cases() {

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "commands.hpp"
@@ -30,9 +31,13 @@ void run_conformance(const ConformanceOptions& o, const Globals& globals) {
   for (const std::string& file : o.plugins) setup.plugins.paths.push_back({file, true, {}});
   setup.backend = o.backend;
   setup.format = o.format;
-  const std::vector<conformance::CaseResult> results =
-      conformance::run(setup, {o.filter, !o.json && isatty(STDERR_FILENO) != 0});
+  conformance::configure(std::move(setup));  // before the cases are generated
   const Registry& registry = conformance::registry();
+  if (!o.backend.empty() && registry.find(ComponentKind::backend, o.backend) == nullptr)
+    throw Error(Code::not_found,
+                "no backend '" + o.backend + "'" +
+                    did_you_mean(o.backend, registry.names(ComponentKind::backend)) +
+                    "; kvcache plugins lists what is installed");
   bool refused = false;
   for (const RejectedPlugin& r : registry.rejected()) {
     for (const std::string& file : o.plugins)
@@ -41,11 +46,8 @@ void run_conformance(const ConformanceOptions& o, const Globals& globals) {
         refused = true;
       }
   }
-  if (!o.backend.empty() && registry.find(ComponentKind::backend, o.backend) == nullptr)
-    throw Error(Code::not_found,
-                "no backend '" + o.backend + "'" +
-                    did_you_mean(o.backend, registry.names(ComponentKind::backend)) +
-                    "; kvcache plugins lists what is installed");
+  const std::vector<conformance::CaseResult> results =
+      conformance::run({o.filter, !o.json && isatty(STDERR_FILENO) != 0});
   if (o.json) {
     std::cout << conformance::to_json(results).dump(2) << '\n';
   } else {
