@@ -52,3 +52,13 @@ class CacheFull(EvictionError, MemoryError):
 
     def __init__(self, message, report):
         super().__init__(message, report, "out_of_memory")
+
+
+_BY_CODE = {"invalid_argument": InvalidArgument, "not_found": NotFound,
+            "out_of_memory": OutOfMemory, "unsupported": Unsupported,
+            "unavailable": Unavailable}
+
+
+def from_code(message, code):
+    """The exception for a C++ Error of this code (its code_name); Error for any other code."""
+    return _BY_CODE.get(code, Error)(message, code)

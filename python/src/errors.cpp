@@ -15,30 +15,14 @@ namespace nb = nanobind;
 namespace kvcache::python {
 namespace {
 
-void raise(const char* type, nb::object instance) {
-  const nb::object cls = nb::module_::import_("kvcache.errors").attr(type);
-  PyErr_SetObject(cls.ptr(), instance.ptr());
+// A name of kvcache.errors (imported only once an exception of ours is being translated).
+nb::object errors(const char* name) {
+  return nb::module_::import_("kvcache.errors").attr(name);
 }
 
-nb::object errors(const char* type) {
-  return nb::module_::import_("kvcache.errors").attr(type);
-}
-
-const char* class_of(Code code) {
-  switch (code) {
-    case Code::invalid_argument:
-      return "InvalidArgument";
-    case Code::not_found:
-      return "NotFound";
-    case Code::out_of_memory:
-      return "OutOfMemory";
-    case Code::unsupported:
-      return "Unsupported";
-    case Code::unavailable:
-      return "Unavailable";
-    default:
-      return "Error";
-  }
+// Raises `instance`, an exception object of kvcache.errors.
+void raise(const nb::object& instance) {
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(instance.ptr())), instance.ptr());
 }
 
 }  // namespace
@@ -50,15 +34,14 @@ void bind_errors(nb::module_&) {
     } catch (const ConfigError& e) {
       nb::list diagnostics;
       for (const Diagnostic& d : e.diagnostics()) diagnostics.append(to_string(d));
-      raise("ConfigError", errors("ConfigError")(e.what(), diagnostics));
+      raise(errors("ConfigError")(e.what(), diagnostics));
     } catch (const CacheFull& e) {
-      raise("CacheFull", errors("CacheFull")(e.what(), nb::cast(e.report())));
+      raise(errors("CacheFull")(e.what(), nb::cast(e.report())));
     } catch (const EvictionError& e) {
-      raise("EvictionError", errors("EvictionError")(e.what(), nb::cast(e.report()),
-                                                     std::string(code_name(e.code()))));
-    } catch (const Error& e) {
-      const char* type = class_of(e.code());
-      raise(type, errors(type)(e.what(), std::string(code_name(e.code()))));
+      raise(errors("EvictionError")(e.what(), nb::cast(e.report()),
+                                    std::string(code_name(e.code()))));
+    } catch (const Error& e) {  // the class of its code (errors.from_code)
+      raise(errors("from_code")(e.what(), std::string(code_name(e.code()))));
     }
   });
 }
