@@ -35,8 +35,7 @@ def decode_each(model, cache, ids):
 
 def prefill_chunks(model, cache, ids, chunk):
     seq = cache.add_sequence()
-    return seq, np.concatenate([model.step(cache, [seq], [ids[b:b + chunk]])[0]
-                                for b in range(0, len(ids), chunk)])
+    return seq, model.logits(model.prefill_hidden(cache, seq, ids, chunk))
 
 
 def test_greedy_chat_completion(smollm2):

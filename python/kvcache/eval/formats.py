@@ -38,11 +38,10 @@ SMOKE = ("fp32", "fp16", "int8-per-token", "int4-group 32")
 def score(model, cache, chunk, prefill):
     """Log-probabilities [n_scored, vocab] of a chunk's second half, and the targets."""
     seq = cache.add_sequence()
-    hidden = [model.step_hidden(cache, [seq], [chunk[b:b + prefill]])[0]
-              for b in range(0, len(chunk), prefill)]
+    hidden = model.prefill_hidden(cache, seq, chunk, prefill)
     cache.release(seq)
     first = len(chunk) // 2
-    h = np.concatenate(hidden)[first:-1]  # predicts tokens first+1 .. end
+    h = hidden[first:-1]  # predicts tokens first+1 .. end
     return log_softmax(model.logits(h)), np.asarray(chunk[first + 1:])
 
 

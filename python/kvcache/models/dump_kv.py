@@ -21,8 +21,7 @@ def dump(out, layers, tokens, model=None, tokenizer=None):
     cache = kvcache.Cache(**model.cache_config(cache={"capacity": "512MiB"},
                                                format={"k": "fp32", "v": "fp32"}))
     seq = cache.add_sequence()
-    for begin in range(0, len(ids), 256):
-        model.step_hidden(cache, [seq], [ids[begin:begin + 256]])
+    model.prefill_hidden(cache, seq, ids)
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
     files = []

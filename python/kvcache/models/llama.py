@@ -92,6 +92,12 @@ class Model:
         report = step.finish()
         return rms_norm(x, self.w.output_norm, c.rms_eps), report
 
+    def prefill_hidden(self, cache, seq, ids, chunk=256):
+        """Appends `ids` to one sequence in steps of `chunk` tokens; the final normalized hidden
+        state of each token, [len(ids), dim]."""
+        return np.concatenate([self.step_hidden(cache, [seq], [ids[b:b + chunk]])[0]
+                               for b in range(0, len(ids), chunk)])
+
     def dense_logits(self, ids):
         """Logits of every token of `ids` from a full recompute, causal attention in float64."""
         c = self.c
@@ -120,9 +126,7 @@ class Model:
     def generate(self, cache, prompt_ids, max_tokens, stop=None, chunk=256):
         """Greedy completion of one prompt: the prompt in chunks of `chunk`, then token by token."""
         seq = cache.add_sequence()
-        logits = None
-        for begin in range(0, len(prompt_ids), chunk):
-            logits, _ = self.step(cache, [seq], [prompt_ids[begin:begin + chunk]])
+        logits = self.logits(self.prefill_hidden(cache, seq, prompt_ids, chunk)[-1:])
         out = []
         for _ in range(max_tokens):
             token = int(np.argmax(logits[-1]))
