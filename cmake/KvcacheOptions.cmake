@@ -29,12 +29,24 @@ set(KVCACHE_INSTALL_CMAKE_DIR "${CMAKE_INSTALL_LIBDIR}/cmake/kvcache")
 
 add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:-Wall;-Wextra;-Wpedantic>"
                     "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>")
+# Kernels silence GCC-only diagnostics by name; clang (the sanitizer and fuzz builds) ignores them.
+if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+  add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:-Wno-unknown-warning-option>")
+endif()
 
 # The presets turn this on: a warning fails the build (C and C++; nvcc and hipcc output stays
 # advisory, their toolchains differ by machine).
 option(KVCACHE_WARNINGS_AS_ERRORS "Treat compiler warnings as errors" OFF)
 if(KVCACHE_WARNINGS_AS_ERRORS)
   add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:-Werror>")
+endif()
+
+# Sanitizers for the whole build (the sanitize and tsan presets): "address,undefined" or "thread".
+# A finding ends the program (no recover), so a test that trips one fails.
+set(KVCACHE_SANITIZE "" CACHE STRING "sanitizers to build with, e.g. address,undefined")
+if(KVCACHE_SANITIZE)
+  add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:-fsanitize=${KVCACHE_SANITIZE};-fno-sanitize-recover=all;-fno-omit-frame-pointer>")
+  add_link_options("-fsanitize=${KVCACHE_SANITIZE}")
 endif()
 
 find_program(CCACHE_PROGRAM ccache)
