@@ -1,5 +1,7 @@
 #include "cpu_features.hpp"
 
+#include <cpuid.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
@@ -7,10 +9,20 @@
 namespace kvcache::cpu {
 namespace {
 
+// Features that not every compiler's __builtin_cpu_supports knows (clang 14 has neither), read
+// from CPUID: F16C is leaf 1 ECX bit 29, AVX-VNNI leaf 7 subleaf 1 EAX bit 4.
+bool has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+}
+bool has_avx_vnni() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 4)) != 0;
+}
+
 VectorIsa widest_supported() {
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
                       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl");
@@ -54,7 +66,7 @@ bool has_vnni() {
       case VectorIsa::avx512:
         return __builtin_cpu_supports("avx512vnni") != 0;
       case VectorIsa::avx2:
-        return __builtin_cpu_supports("avxvnni") != 0;
+        return has_avx_vnni();
       case VectorIsa::portable:
         return false;
     }

@@ -200,7 +200,7 @@ constexpr std::uint32_t kChunk = kHeadDimStep;
 // registers) up to 15% slower, 4 and 3 (a few spills) up to 15% faster at fp16, even at int8,
 // 2 and 4 (128 registers, spills) mixed: the kernel is bound by its instructions, not these.
 constexpr std::uint32_t kUnroll = 2;
-constexpr std::uint32_t kMinBlocks = 3;
+[[maybe_unused]] constexpr std::uint32_t kMinBlocks = 3;  // unused where __launch_bounds__ is not
 
 // Where a lane's slot of the tile is: its page (kNoPage past the item's end), and in one word its
 // slot within the page and whether its K or V row still waits in the residual rows.

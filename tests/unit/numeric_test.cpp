@@ -30,6 +30,48 @@ TEST(Fp16, RoundsToNearestEven) {
   EXPECT_EQ(fp16_from_float(0x1p-24f), 0x0001);             // smallest subnormal
 }
 
+// The integer conversion (what compilers without _Float16 use) against the rounding rules, on
+// every half code and on the floats around every rounding boundary.
+TEST(Fp16, IntegerConversionRoundsLikeIeee) {
+  for (std::uint32_t c = 0; c < 0x10000; ++c) {
+    const auto h = static_cast<std::uint16_t>(c);
+    const float f = detail::float_from_fp16_bits(h);
+    if (std::isnan(f)) {
+      EXPECT_EQ(h & 0x7C00u, 0x7C00u);
+      EXPECT_TRUE(std::isnan(float_from_fp16(detail::fp16_from_float_bits(f)))) << std::hex << c;
+      continue;
+    }
+    EXPECT_EQ(detail::fp16_from_float_bits(f), h) << std::hex << c;
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(f), std::bit_cast<std::uint32_t>(float_from_fp16(h)));
+    if ((c & 0x7FFFu) >= 0x7BFFu) continue;  // the largest finite and infinity have no next code
+    // Halfway to the next code up in magnitude: ties go to the even code, neighbours round in.
+    const float next = detail::float_from_fp16_bits(static_cast<std::uint16_t>(c + 1));
+    const float mid = f + (next - f) / 2;
+    const std::uint16_t even = (c & 1u) == 0 ? h : static_cast<std::uint16_t>(c + 1);
+    EXPECT_EQ(detail::fp16_from_float_bits(mid), even) << std::hex << c;
+    EXPECT_EQ(detail::fp16_from_float_bits(std::nextafter(mid, f)), h) << std::hex << c;
+    EXPECT_EQ(detail::fp16_from_float_bits(std::nextafter(mid, next)), c + 1) << std::hex << c;
+  }
+  EXPECT_EQ(detail::fp16_from_float_bits(65520.0f), 0x7C00);
+  EXPECT_EQ(detail::fp16_from_float_bits(std::nextafter(65520.0f, 0.0f)), 0x7BFF);
+  EXPECT_EQ(detail::fp16_from_float_bits(-std::numeric_limits<float>::infinity()), 0xFC00);
+  EXPECT_EQ(detail::fp16_from_float_bits(0x1p-25f), 0x0000);  // tie between 0 and 2^-24: even
+  EXPECT_EQ(detail::fp16_from_float_bits(std::nextafter(0x1p-25f, 1.0f)), 0x0001);
+  EXPECT_EQ(detail::fp16_from_float_bits(std::numeric_limits<float>::denorm_min()), 0x0000);
+}
+
+#ifdef __FLT16_MANT_DIG__
+TEST(Fp16, IntegerConversionEqualsTheCompilers) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<std::uint32_t> bits;
+  for (int i = 0; i < 1'000'000; ++i) {
+    const float f = std::bit_cast<float>(bits(rng));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(detail::fp16_from_float_bits(f), fp16_from_float(f)) << std::hexfloat << f;
+  }
+}
+#endif
+
 TEST(Bf16, RoundsToNearestEvenAndKeepsSpecials) {
   EXPECT_EQ(bf16_from_float(1.0f), 0x3F80);
   EXPECT_EQ(bf16_from_float(std::bit_cast<float>(0x3F808000u)), 0x3F80);  // tie, even stays

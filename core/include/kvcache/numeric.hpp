@@ -9,13 +9,63 @@
 
 namespace kvcache {
 
-// IEEE binary16 through the compiler's _Float16 (hardware where the ISA has it).
+// IEEE binary16. The compiler's _Float16 where it has one (an instruction where the ISA has it);
+// otherwise (clang before 15 on x86) the same bits in integer arithmetic, which the tests check
+// against _Float16 wherever both exist.
+namespace detail {
+
+inline std::uint16_t fp16_from_float_bits(float x) {
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
+  const auto sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
+  const std::uint32_t magnitude = bits & 0x7FFFFFFFu;
+  if (magnitude > 0x7F800000u) {  // NaN stays a NaN, made quiet, with its top payload bits
+    return sign | static_cast<std::uint16_t>(0x7E00u | ((magnitude >> 13) & 0x3FFu));
+  }
+  if (magnitude >= 0x477FF000u) return sign | 0x7C00u;       // 65520 and up round to infinity
+  if (magnitude >= 0x38800000u) {                            // a normal half: 2^-14 and up
+    const std::uint32_t rebiased = magnitude - 0x38000000u;  // exponent bias 127 -> 15
+    const std::uint32_t rounded = rebiased + 0xFFFu + ((rebiased >> 13) & 1u);
+    return sign | static_cast<std::uint16_t>(rounded >> 13);
+  }
+  // A subnormal half, m * 2^-24: shift the float's significand so its last kept bit is 2^-24.
+  const int shift = 126 - static_cast<int>(magnitude >> 23);
+  if (shift > 24) return sign;  // below 2^-25: rounds to zero
+  const std::uint32_t significand = (magnitude & 0x7FFFFFu) | 0x800000u;
+  const std::uint32_t kept = significand >> shift;
+  const std::uint32_t rest = significand & ((1u << shift) - 1u);
+  const std::uint32_t halfway = 1u << (shift - 1);
+  const bool up = rest > halfway || (rest == halfway && (kept & 1u) != 0);
+  return sign | static_cast<std::uint16_t>(kept + (up ? 1u : 0u));
+}
+
+inline float float_from_fp16_bits(std::uint16_t h) {
+  const std::uint32_t sign = std::uint32_t{h & 0x8000u} << 16;
+  const std::uint32_t exponent = (h >> 10) & 0x1Fu;
+  const std::uint32_t mantissa = h & 0x3FFu;
+  if (exponent == 0x1F) return std::bit_cast<float>(sign | 0x7F800000u | (mantissa << 13));
+  if (exponent != 0)
+    return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+  const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;  // subnormal: exact in float
+  return sign != 0 ? -magnitude : magnitude;
+}
+
+}  // namespace detail
+
+#ifdef __FLT16_MANT_DIG__
 inline std::uint16_t fp16_from_float(float x) {
   return std::bit_cast<std::uint16_t>(static_cast<_Float16>(x));
 }
 inline float float_from_fp16(std::uint16_t h) {
   return static_cast<float>(std::bit_cast<_Float16>(h));
 }
+#else
+inline std::uint16_t fp16_from_float(float x) {
+  return detail::fp16_from_float_bits(x);
+}
+inline float float_from_fp16(std::uint16_t h) {
+  return detail::float_from_fp16_bits(h);
+}
+#endif
 
 // bfloat16: the upper half of a float32, rounded to nearest even; NaN stays a quiet NaN.
 inline std::uint16_t bf16_from_float(float x) {
