@@ -10,6 +10,7 @@
 #include <boost/dll/shared_library_load_mode.hpp>
 
 #include "kvcache/status.hpp"
+#include "plugin/descriptor_check.hpp"
 #include "plugin/host_call.hpp"
 
 #ifndef KVCACHE_VERSION
@@ -30,49 +31,7 @@ std::string dlerror_part(std::string_view text) {
   return std::string(text.substr(start + marker.size(), stop - start - marker.size()));
 }
 
-void validate(const kvc_plugin_descriptor& d) {
-  if (d.struct_size < offsetof(kvc_plugin_descriptor, components) + sizeof(d.components))
-    throw LoadError("descriptor is " + std::to_string(d.struct_size) + " bytes, too small");
-  if (d.abi_major != KVC_ABI_MAJOR)
-    throw LoadError("ABI major mismatch: plugin is built for ABI " + std::to_string(d.abi_major) +
-                    "." + std::to_string(d.abi_minor) + ", this host implements ABI " +
-                    std::to_string(KVC_ABI_MAJOR) + "." + std::to_string(KVC_ABI_MINOR));
-  if (d.name == nullptr || *d.name == '\0') throw LoadError("descriptor has no plugin name");
-  if (d.n_components > 0 && d.components == nullptr)
-    throw LoadError("descriptor lists " + std::to_string(d.n_components) +
-                    " components but no component array");
-  for (uint32_t i = 0; i < d.n_components; ++i) {
-    const kvc_component& c = d.components[i];
-    const std::string which = "component #" + std::to_string(i);
-    if (c.struct_size < offsetof(kvc_component, table) + sizeof(c.table))
-      throw LoadError(which + ": record is " + std::to_string(c.struct_size) + " bytes, too small");
-    if (c.name == nullptr || *c.name == '\0') throw LoadError(which + " has no name");
-    const std::size_t needed = minimum_table_size(c.kind);
-    if (needed == 0) continue;  // a kind from a newer minor: the registry ignores it
-    if (c.table == nullptr) throw LoadError(which + " '" + c.name + "' has no function table");
-    const auto table_size = *static_cast<const uint32_t*>(c.table);
-    if (table_size < needed)
-      throw LoadError(which + " '" + c.name + "': function table is " + std::to_string(table_size) +
-                      " bytes, ABI 1.0 needs " + std::to_string(needed));
-  }
-}
-
 }  // namespace
-
-std::size_t minimum_table_size(std::uint32_t kind) {
-  switch (kind) {
-    case KVC_KIND_BACKEND:  // ABI 1.0 ended before memory_bandwidth
-      return offsetof(kvc_backend_table, memory_bandwidth);
-    case KVC_KIND_QUANTIZER:
-      return sizeof(kvc_quantizer_table);
-    case KVC_KIND_MASK:
-      return sizeof(kvc_mask_table);
-    case KVC_KIND_EVICTION:  // ABI 1.1 ended before drops_tokens
-      return offsetof(kvc_eviction_table, drops_tokens);
-    default:
-      return 0;
-  }
-}
 
 std::shared_ptr<const PluginLibrary> PluginLibrary::load(const std::filesystem::path& file) {
   std::error_code fs_error;
@@ -113,7 +72,7 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::load(const std::filesystem::
     throw LoadError("entry function failed (" + std::string(code_name(static_cast<Code>(rc))) +
                     "): " + message_of(err));
   if (descriptor == nullptr) throw LoadError("entry function returned no descriptor");
-  validate(*descriptor);
+  check_descriptor(*descriptor);
 
   std::shared_ptr<PluginLibrary> result(new PluginLibrary(file, std::move(library)));
   result->descriptor_ = descriptor;

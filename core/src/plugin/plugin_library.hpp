@@ -40,7 +40,4 @@ class PluginLibrary {
   const kvc_plugin_descriptor* descriptor_ = nullptr;
 };
 
-// The smallest table size a component of `kind` must have in ABI major 1; 0 for unknown kinds.
-std::size_t minimum_table_size(std::uint32_t kind);
-
 }  // namespace kvcache::plugin

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <exception>
 #include <string>
 
 #include <spdlog/spdlog.h>
@@ -9,6 +10,7 @@
 #include "kvcache/formats.hpp"
 #include "kvcache/nearest_name.hpp"
 #include "plugin/adapters.hpp"
+#include "plugin/descriptor_check.hpp"
 #include "plugin/discovery.hpp"
 #include "plugin/host_call.hpp"
 #include "plugin/plugin_library.hpp"
@@ -27,15 +29,34 @@ Capabilities capabilities_of(const kvc_component& c) {
   caps.head_dims.assign(k->head_dims, k->head_dims + k->n_head_dims);
   caps.page_sizes.assign(k->page_sizes, k->page_sizes + k->n_page_sizes);
   if (k->device_kind != nullptr) caps.device_kind = k->device_kind;
-  // ABI 1.3 fields, when the plugin's struct has them.
-  if (k->struct_size >= offsetof(kvc_capabilities, foreign_formats) + sizeof(k->foreign_formats))
+  // ABI 1.3 fields, when the plugin's struct has them (check_descriptor vetted the JSON).
+  if (plugin::has_abi_1_3_capabilities(*k)) {
     caps.foreign_formats = k->foreign_formats != 0;
-  if (k->struct_size >= offsetof(kvc_capabilities, numerics_json) + sizeof(k->numerics_json) &&
-      k->numerics_json != nullptr) {
-    caps.numerics = nlohmann::json::parse(k->numerics_json, nullptr, false);
-    if (!caps.numerics.is_object()) caps.numerics = nlohmann::json::object();
+    if (k->numerics_json != nullptr) caps.numerics = nlohmann::json::parse(k->numerics_json);
   }
   return caps;
+}
+
+// Asks the component whether it can run here. A C entry must not throw; one that does anyway
+// makes the component unavailable with that reason, as does a failure without a message.
+void check_availability(const kvc_component& c, ComponentInfo& info) {
+  kvc_error err{sizeof(kvc_error), KVC_OK, {}};
+  int32_t rc = KVC_OK;
+  try {
+    rc = c.availability(&err);
+  } catch (const std::exception& e) {
+    rc = KVC_INTERNAL;
+    info.unavailable_reason = std::string("its availability check threw: ") + e.what();
+  } catch (...) {
+    rc = KVC_INTERNAL;
+    info.unavailable_reason = "its availability check threw an unknown exception";
+  }
+  if (rc == KVC_OK) return;
+  info.available = false;
+  if (info.unavailable_reason.empty()) info.unavailable_reason = plugin::message_of(err);
+  if (info.unavailable_reason.empty())
+    info.unavailable_reason = "its availability check failed (" +
+                              std::string(code_name(static_cast<Code>(rc))) + ") without a reason";
 }
 
 bool known_kind(uint32_t kind) {
@@ -79,13 +100,7 @@ struct Registry::Impl {
       info.plugin_version = d.version ? d.version : "";
       info.file = library->file();
       info.capabilities = capabilities_of(c);
-      if (c.availability != nullptr) {
-        kvc_error err{sizeof(kvc_error), KVC_OK, {}};
-        if (c.availability(&err) != KVC_OK) {
-          info.available = false;
-          info.unavailable_reason = plugin::message_of(err);
-        }
-      }
+      if (c.availability != nullptr) check_availability(c, info);
       if (const ComponentInfo* earlier = find(info.kind, info.name))
         info.shadowed_by = earlier->file.string();
       infos.push_back(std::move(info));

@@ -1,0 +1,115 @@
+#include "plugin/descriptor_check.hpp"
+
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "plugin/plugin_library.hpp"
+
+namespace kvcache::plugin {
+namespace {
+
+std::string count_text(std::uint32_t n) {
+  return std::to_string(n);
+}
+
+void check_list(const std::string& which, const char* what, std::uint32_t n, const void* items) {
+  if (n > kMaxListed)
+    throw LoadError(which + " lists " + count_text(n) + " " + what + ", more than the " +
+                    count_text(kMaxListed) + " a descriptor may list");
+  if (n > 0 && items == nullptr)
+    throw LoadError(which + " lists " + count_text(n) + " " + what + " but no array of them");
+}
+
+void check_capabilities(const std::string& which, std::uint32_t kind, const kvc_capabilities& k) {
+  constexpr std::size_t minimum = offsetof(kvc_capabilities, device_kind) + sizeof(const char*);
+  if (k.struct_size < minimum)
+    throw LoadError(which + ": capabilities are " + std::to_string(k.struct_size) +
+                    " bytes, ABI 1.0 needs " + std::to_string(minimum));
+  check_list(which, "formats", k.n_formats, k.formats);
+  check_list(which, "head dims", k.n_head_dims, k.head_dims);
+  check_list(which, "page sizes", k.n_page_sizes, k.page_sizes);
+  for (std::uint32_t i = 0; i < k.n_formats; ++i)
+    if (k.formats[i] == nullptr || *k.formats[i] == '\0')
+      throw LoadError(which + ": format #" + count_text(i) + " has no name");
+  for (std::uint32_t i = 0; i < k.n_head_dims; ++i)
+    if (k.head_dims[i] == 0) throw LoadError(which + ": lists head dim 0");
+  for (std::uint32_t i = 0; i < k.n_page_sizes; ++i)
+    if (k.page_sizes[i] == 0 || k.page_sizes[i] > kMaxListedPageSize)
+      throw LoadError(which + ": lists page size " + count_text(k.page_sizes[i]) +
+                      " (page sizes are 1 to " + count_text(kMaxListedPageSize) + ")");
+  if (!has_abi_1_3_capabilities(k)) return;
+  if (k.foreign_formats > 1)
+    throw LoadError(which + ": foreign_formats is " + count_text(k.foreign_formats) + " (0 or 1)");
+  if (k.foreign_formats != 0 && kind != KVC_KIND_BACKEND)
+    throw LoadError(which + ": foreign_formats is for backends only");
+  if (k.numerics_json != nullptr &&
+      !nlohmann::json::parse(k.numerics_json, nullptr, false).is_object())
+    throw LoadError(which + ": numerics_json is not a JSON object");
+}
+
+void check_component(const kvc_component& c, std::uint32_t index) {
+  std::string which = "component #" + count_text(index);
+  if (c.struct_size < offsetof(kvc_component, table) + sizeof(c.table))
+    throw LoadError(which + ": record is " + std::to_string(c.struct_size) + " bytes, too small");
+  if (c.name == nullptr || *c.name == '\0') throw LoadError(which + " has no name");
+  which += " '" + std::string(c.name) + "'";
+  const std::size_t needed = minimum_table_size(c.kind);
+  if (needed == 0) return;  // a kind from a newer minor: the registry ignores it
+  if (c.table == nullptr) throw LoadError(which + " has no function table");
+  const auto table_size = *static_cast<const std::uint32_t*>(c.table);
+  if (table_size < needed)
+    throw LoadError(which + ": function table is " + std::to_string(table_size) +
+                    " bytes, ABI 1.0 needs " + std::to_string(needed));
+  if (c.capabilities != nullptr) check_capabilities(which, c.kind, *c.capabilities);
+}
+
+}  // namespace
+
+bool has_abi_1_3_capabilities(const kvc_capabilities& c) {
+  return c.struct_size >= offsetof(kvc_capabilities, numerics_json) + sizeof(c.numerics_json);
+}
+
+void check_descriptor(const kvc_plugin_descriptor& d) {
+  if (d.struct_size < offsetof(kvc_plugin_descriptor, components) + sizeof(d.components))
+    throw LoadError("descriptor is " + std::to_string(d.struct_size) + " bytes, too small");
+  if (d.abi_major != KVC_ABI_MAJOR)
+    throw LoadError("ABI major mismatch: plugin is built for ABI " + std::to_string(d.abi_major) +
+                    "." + std::to_string(d.abi_minor) + ", this host implements ABI " +
+                    std::to_string(KVC_ABI_MAJOR) + "." + std::to_string(KVC_ABI_MINOR));
+  if (d.name == nullptr || *d.name == '\0') throw LoadError("descriptor has no plugin name");
+  if (d.n_components > kMaxComponents)
+    throw LoadError("descriptor lists " + count_text(d.n_components) + " components, more than " +
+                    count_text(kMaxComponents));
+  if (d.n_components > 0 && d.components == nullptr)
+    throw LoadError("descriptor lists " + count_text(d.n_components) +
+                    " components but no component array");
+  std::set<std::pair<std::uint32_t, std::string_view>> seen;
+  for (std::uint32_t i = 0; i < d.n_components; ++i) {
+    const kvc_component& c = d.components[i];
+    check_component(c, i);
+    if (!seen.emplace(c.kind, c.name).second)
+      throw LoadError("component #" + count_text(i) + " '" + c.name +
+                      "' repeats the name of an earlier component of its kind");
+  }
+}
+
+std::size_t minimum_table_size(std::uint32_t kind) {
+  switch (kind) {
+    case KVC_KIND_BACKEND:  // ABI 1.0 ended before memory_bandwidth
+      return offsetof(kvc_backend_table, memory_bandwidth);
+    case KVC_KIND_QUANTIZER:
+      return sizeof(kvc_quantizer_table);
+    case KVC_KIND_MASK:
+      return sizeof(kvc_mask_table);
+    case KVC_KIND_EVICTION:  // ABI 1.1 ended before drops_tokens
+      return offsetof(kvc_eviction_table, drops_tokens);
+    default:
+      return 0;
+  }
+}
+
+}  // namespace kvcache::plugin
