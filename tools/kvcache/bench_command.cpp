@@ -14,6 +14,7 @@
 #include "kvcache/registry.hpp"
 #include "serving_simulation.hpp"
 #include "step_benchmark.hpp"
+#include "validators.hpp"
 
 namespace kvcache::tool {
 
@@ -37,30 +38,31 @@ void add_step_command(CLI::App& bench, const Globals& globals) {
   step->add_option("--format", o.format, "storage format of K and V")->capture_default_str();
   step->add_option("--batch", o.batch, "sequences")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive(o.batch));
   step->add_option("--layers", o.layers, "layers")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive(o.layers));
   step->add_option("--tokens", o.tokens, "cached tokens per sequence")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive(o.tokens));
   step->add_option("--q-heads", o.q_heads, "query heads")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive(o.q_heads));
   step->add_option("--kv-heads", o.kv_heads, "KV heads")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive(o.kv_heads));
   step->add_option("--head-dim", o.head_dim, "head dimension")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive(o.head_dim));
   step->add_option("--page-size", o.page_size, "tokens per page")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1, 1024));
   step->add_option("--steps", o.steps, "measured steps of each kind")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive(o.steps));
   step->add_flag("--json", f->json, "print one JSON object");
   step->callback([&globals, f] {
+    if (globals.checks_only) return;
     const Config config = selected_config(globals);
     const StepBenchResult r = run_step_benchmark(Registry::load(config.plugins), f->options);
     if (f->json) {
@@ -101,19 +103,19 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
   SimulationOptions& so = sim->options;
   bench->add_option("--requests", so.requests, "synthetic requests")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive(so.requests));
   bench->add_option("--seed", so.seed, "seed of the synthetic requests")->capture_default_str();
   bench->add_option("--rate", so.arrival_rate, "arrivals per second")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive(so.arrival_rate));
   bench
       ->add_option("--layers", so.simulated_layers,
                    "layers computed each step (memory is sized for all)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive(so.simulated_layers));
   bench->add_option("--max-batch", so.max_batch, "running sequences at most")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive(so.max_batch));
   bench
       ->add_option("--baseline-max-len", so.baseline_max_len,
                    "tokens a contiguous allocator reserves per request")
@@ -123,6 +125,7 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
   bench->add_option("--chart", so.chart, "write an SVG of memory use and throughput over time");
   bench->add_flag("--json", sim->json, "print one JSON object");
   bench->callback([&globals, bench, sim] {
+    if (globals.checks_only) return;
     if (!bench->get_subcommands().empty()) return;  // `bench attention` or `bench step` ran
     SimulationOptions o = sim->options;
     o.progress = !sim->json;
@@ -184,28 +187,28 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
       ->capture_default_str();
   attention->add_option("--tokens", o.tokens, "cached tokens per sequence")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive(o.tokens));
   attention->add_option("--batch", o.batch, "sequences")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive(o.batch));
   attention
       ->add_option("--queries", o.queries,
                    "query tokens per sequence: 1 is decode, more a prefill chunk (the last "
                    "cached tokens)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive(o.queries));
   attention->add_option("--q-heads", o.q_heads, "query heads")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive(o.q_heads));
   attention->add_option("--kv-heads", o.kv_heads, "KV heads")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive(o.kv_heads));
   attention->add_option("--head-dim", o.head_dim, "head dimension")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive(o.head_dim));
   attention->add_option("--page-size", o.page_size, "tokens per page")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1, 1024));
   attention->add_option("--mask", f->mask, "causal, sliding-window:W, sink-window:S:W, chunked:C")
       ->capture_default_str();
   attention->add_option("--threads", o.threads, "worker threads (0: all)")->capture_default_str();
@@ -216,6 +219,7 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
                       "that the KV read is 8x the last-level cache)");
   attention->add_flag("--json", f->json, "print one JSON object");
   attention->callback([&globals, f] {
+    if (globals.checks_only) return;
     AttentionBenchOptions& o = f->options;
     if (!f->format.empty()) f->k_format = f->v_format = f->format;
     ComponentChoice k = parse_format_spec(f->k_format), v = parse_format_spec(f->v_format);

@@ -15,6 +15,9 @@ namespace kvcache::tool {
 struct Globals {
   std::string config_file;  // empty: the embedded default
   std::string log_level = "warn";
+  // Parse and check the arguments, but do not run the commands that take long or write files
+  // (bench, conformance, evaluate, quantize, attention): what the CLI fuzz target sets.
+  bool checks_only = false;
 };
 
 // The config the user asked for (file or embedded default) with environment overrides.

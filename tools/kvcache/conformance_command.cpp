@@ -81,7 +81,9 @@ void add_conformance_command(CLI::App& app, const Globals& globals) {
   examples(cmd, {"kvcache conformance --backend cpu-tbb --filter '*Prefix*'",
                  "kvcache conformance --plugin build/kvcache-scalar-backend.so --backend scalar",
                  "kvcache conformance --plugin build/kvcache-nf4-format.so --format nf4 --json"});
-  cmd->callback([options, &globals] { run_conformance(*options, globals); });
+  cmd->callback([options, &globals] {
+    if (!globals.checks_only) run_conformance(*options, globals);
+  });
 }
 
 }  // namespace kvcache::tool

@@ -21,6 +21,7 @@
 #include "kvcache/reference_attention.hpp"
 #include "kvcache/registry.hpp"
 #include "tensor_file.hpp"
+#include "validators.hpp"
 
 namespace kvcache::tool {
 namespace {
@@ -261,13 +262,15 @@ void add_evaluate_command(CLI::App& app, const Globals& globals) {
   evaluate->add_option("--q", f->q, "queries [q_heads, q_len, head_dim] (default: random)");
   evaluate->add_option("--queries", f->queries, "random queries per K/V pair")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive(f->queries));
   evaluate
       ->add_option("--q-per-kv", f->q_per_kv, "query heads per KV head for random queries (GQA)")
       ->capture_default_str();
   evaluate->add_option("--formats", f->formats, "comma-separated formats (default: all but fp32)");
   evaluate->add_flag("--json", f->json, "print one JSON object");
-  evaluate->callback([&globals, f] { run_evaluate(globals, *f); });
+  evaluate->callback([&globals, f] {
+    if (!globals.checks_only) run_evaluate(globals, *f);
+  });
 }
 
 }  // namespace kvcache::tool

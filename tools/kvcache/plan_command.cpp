@@ -12,6 +12,7 @@
 #include "commands.hpp"
 #include "kvcache/formats.hpp"
 #include "kvcache/nearest_name.hpp"
+#include "validators.hpp"
 
 namespace kvcache::tool {
 namespace {
@@ -163,24 +164,24 @@ void add_plan_command(CLI::App& app) {
   plan->add_option("--preset", f->preset, "llama-3-8b, llama-3-70b, mistral-7b, qwen2.5-7b")
       ->capture_default_str();
   plan->add_option("--layers", f->layers, "override the preset's layers")
-      ->check(CLI::PositiveNumber);
+      ->check(positive(f->layers));
   plan->add_option("--q-heads", f->q_heads, "override the preset's query heads")
-      ->check(CLI::PositiveNumber);
+      ->check(positive(f->q_heads));
   plan->add_option("--kv-heads", f->kv_heads, "override the preset's KV heads")
-      ->check(CLI::PositiveNumber);
+      ->check(positive(f->kv_heads));
   plan->add_option("--head-dim", f->head_dim, "override the preset's head dimension")
-      ->check(CLI::PositiveNumber);
+      ->check(positive(f->head_dim));
   plan->add_option("--batch", f->batch, "sequences")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive(f->batch));
   plan->add_option("--context", f->context, "tokens per sequence")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive(f->context));
   plan->add_option("--page-size", f->page_size, "tokens per page (at most 1024)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1, 1024));
   plan->add_option("--window", f->window, "keep only this many tokens (sliding window)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive(f->window));
   plan->add_option("--memory", f->memory, "device memory, e.g. 80GiB")->capture_default_str();
   plan->add_option("--weights", f->weights, "memory taken by the weights, e.g. 16GiB")
       ->capture_default_str();

@@ -14,6 +14,7 @@
 #include "kvcache/registry.hpp"
 #include "mask_spec.hpp"
 #include "tensor_file.hpp"
+#include "validators.hpp"
 
 namespace kvcache::tool {
 namespace {
@@ -218,6 +219,7 @@ void add_tensor_commands(CLI::App& app, const Globals& globals) {
   quantize->add_option("--group", qf->group, "group size (int4-group: elements, kivi-k: tokens)");
   quantize->add_option("--bits", qf->bits, "kivi-k code bits (4 or 2)");
   quantize->callback([&globals, qf] {
+    if (globals.checks_only) return;
     if (!qf->scheme.empty()) {
       std::cerr << "kvcache: warning: --scheme is deprecated; use --format\n";
       qf->format = qf->scheme;
@@ -250,8 +252,10 @@ void add_tensor_commands(CLI::App& app, const Globals& globals) {
                         "backend (default: the config's preference list)");
   attention->add_option("--page-size", af->page_size, "tokens per page")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  attention->callback([&globals, af] { run_attention(globals, *af); });
+      ->check(whole_number(1, 1024));
+  attention->callback([&globals, af] {
+    if (!globals.checks_only) run_attention(globals, *af);
+  });
 }
 
 }  // namespace kvcache::tool
