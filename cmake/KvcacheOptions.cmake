@@ -49,6 +49,16 @@ if(KVCACHE_SANITIZE)
   add_link_options("-fsanitize=${KVCACHE_SANITIZE}")
 endif()
 
+# libFuzzer (clang, the fuzz preset): every object gets coverage instrumentation, and the fuzz
+# targets of tests/fuzz link libFuzzer's main. Without it those targets replay their corpus.
+option(KVCACHE_FUZZ "Build the libFuzzer targets (clang)" OFF)
+if(KVCACHE_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "KVCACHE_FUZZ needs clang (libFuzzer); use the fuzz preset")
+  endif()
+  add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:-fsanitize=fuzzer-no-link>")
+endif()
+
 find_program(CCACHE_PROGRAM ccache)
 if(CCACHE_PROGRAM)
   set(CMAKE_C_COMPILER_LAUNCHER "${CCACHE_PROGRAM}")
