@@ -15,6 +15,7 @@ std::string shape_text(std::initializer_list<std::int64_t> shape) {
   return text + "]";
 }
 
+template <class Array>
 std::string shape_text(const Array& a) {
   std::string text = "[";
   for (std::size_t i = 0; i < a.ndim(); ++i)
@@ -31,10 +32,9 @@ nb::object copy_to_numpy(const std::vector<T>& values) {
   return nb::cast(nb::ndarray<nb::numpy, T, nb::ndim<1>>(data, {values.size()}, owner));
 }
 
-}  // namespace
-
-DLTensor float_rows(const Array& a, const char* what, std::initializer_list<std::int64_t> shape,
-                    const char* axes) {
+template <class Array>
+DLTensor rows_of(const Array& a, const char* what, std::initializer_list<std::int64_t> shape,
+                 const char* axes) {
   const std::string expected = std::string(what) + " must be " + shape_text(shape) + " (" + axes +
                                ") float32, float16 or bfloat16, C-contiguous";
   const nb::dlpack::dtype t = a.dtype();
@@ -65,6 +65,17 @@ DLTensor float_rows(const Array& a, const char* what, std::initializer_list<std:
   return tensor;
 }
 
+}  // namespace
+
+DLTensor float_rows(const InputArray& a, const char* what,
+                    std::initializer_list<std::int64_t> shape, const char* axes) {
+  return rows_of(a, what, shape, axes);
+}
+DLTensor float_rows(const OutputArray& a, const char* what,
+                    std::initializer_list<std::int64_t> shape, const char* axes) {
+  return rows_of(a, what, shape, axes);
+}
+
 nb::object numpy_of(std::unique_ptr<float[]> data, std::initializer_list<std::size_t> shape) {
   float* raw = data.release();
   nb::capsule owner(raw, [](void* p) noexcept { delete[] static_cast<float*>(p); });
@@ -90,13 +101,16 @@ nb::object to_numpy(const std::vector<float>& values) {
 }
 
 std::vector<std::int32_t> token_ids(const nb::handle& tokens) {
-  nb::ndarray<nb::device::cpu, std::int32_t, nb::ndim<1>, nb::c_contig> array;
+  constexpr const char* expected =
+      "token ids must be a 1-d C-contiguous int32 array or a list of ints";
+  nb::ndarray<nb::device::cpu, const std::int32_t, nb::ndim<1>, nb::c_contig> array;
   if (nb::try_cast(tokens, array, false))  // no conversion: exactly int32
     return {array.data(), array.data() + array.shape(0)};
-  nb::ndarray<> other;
-  if (nb::try_cast(tokens, other, false))
-    throw nb::type_error("token ids must be a 1-d C-contiguous int32 array or a list of ints");
-  return nb::cast<std::vector<std::int32_t>>(tokens);
+  nb::ndarray<nb::ro> other;
+  std::vector<std::int32_t> ids;
+  if (nb::try_cast(tokens, other, false) || !nb::try_cast(tokens, ids))
+    throw nb::type_error(expected);
+  return ids;
 }
 
 }  // namespace kvcache::python

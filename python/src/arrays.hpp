@@ -15,14 +15,19 @@
 
 namespace kvcache::python {
 
-using Array = nanobind::ndarray<nanobind::device::cpu>;
+// What the library reads (k, v, q) may be a read-only array (a memory-mapped .npy, say); what it
+// writes (out) must be writable, which nanobind checks.
+using InputArray = nanobind::ndarray<nanobind::ro, nanobind::device::cpu>;
+using OutputArray = nanobind::ndarray<nanobind::device::cpu>;
 
 // A view of `array` as a DLTensor (its shape and strides live in the ndarray, which the caller
 // keeps alive while the view is used). `what` names it in errors, e.g. "k"; `shape` is what it
 // must be, with its axes named in `axes` ("tokens, kv_heads, head_dim"). Floats of 32, 16 bits or
 // bfloat16 only, C-contiguous, host memory.
-DLTensor float_rows(const Array& array, const char* what, std::initializer_list<std::int64_t> shape,
-                    const char* axes);
+DLTensor float_rows(const InputArray& array, const char* what,
+                    std::initializer_list<std::int64_t> shape, const char* axes);
+DLTensor float_rows(const OutputArray& array, const char* what,
+                    std::initializer_list<std::int64_t> shape, const char* axes);
 
 // A float32 numpy array of this shape that takes over `data`.
 nanobind::object numpy_of(std::unique_ptr<float[]> data, std::initializer_list<std::size_t> shape);

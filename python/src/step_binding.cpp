@@ -27,8 +27,8 @@ std::vector<std::tuple<SeqId, Position, Position>> dropped(const EvictionReport&
 }
 
 // q (and out) of decode or prefill: [rows, q_heads, head_dim]; out allocated when not given.
-nb::object attend(StepHandle& s, std::uint32_t layer, const Array& q,
-                  const std::optional<Array>& out, bool prefill) {
+nb::object attend(StepHandle& s, std::uint32_t layer, const InputArray& q,
+                  const std::optional<OutputArray>& out, bool prefill) {
   const ModelShape& m = s.cache->cache->model();
   const Step& step = s.get();
   const auto rows = static_cast<std::int64_t>(prefill ? step.tokens() : step.sequences().size());
@@ -88,7 +88,7 @@ void bind_step(nb::module_& m) {
           "what begin_step's reserve evicted")
       .def(
           "append",
-          [](StepHandle& s, std::uint32_t layer, const Array& k, const Array& v) {
+          [](StepHandle& s, std::uint32_t layer, const InputArray& k, const InputArray& v) {
             const ModelShape& m = s.cache->cache->model();
             const auto rows = static_cast<std::int64_t>(s.get().tokens());
             const char* axes = "tokens, kv_heads, head_dim";
@@ -100,17 +100,15 @@ void bind_step(nb::module_& m) {
           "K and V of `layer` for the step's new tokens: [tokens, kv_heads, head_dim]")
       .def(
           "decode",
-          [](StepHandle& s, std::uint32_t layer, const Array& q, std::optional<Array> out) {
-            return attend(s, layer, q, out, false);
-          },
+          [](StepHandle& s, std::uint32_t layer, const InputArray& q,
+             std::optional<OutputArray> out) { return attend(s, layer, q, out, false); },
           nb::arg("layer"), nb::arg("q"), nb::arg("out") = nb::none(),
           "One query per sequence, its newest token: q [sequences, q_heads, head_dim]; returns "
           "out (float32 when not given)")
       .def(
           "prefill",
-          [](StepHandle& s, std::uint32_t layer, const Array& q, std::optional<Array> out) {
-            return attend(s, layer, q, out, true);
-          },
+          [](StepHandle& s, std::uint32_t layer, const InputArray& q,
+             std::optional<OutputArray> out) { return attend(s, layer, q, out, true); },
           nb::arg("layer"), nb::arg("q"), nb::arg("out") = nb::none(),
           "The queries of every new token: q [tokens, q_heads, head_dim]; returns out")
       .def(
