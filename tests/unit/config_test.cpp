@@ -87,6 +87,32 @@ TEST(Locations, Format) {
   EXPECT_EQ(to_string(diagnostic), "env: warning: bad");
 }
 
+// Found by the config fuzz target: an option value that is not UTF-8 ended the program when its
+// JSON was serialized. The text is refused at the byte, before anything reads it.
+TEST(Errors, TextThatIsNotUtf8IsRefusedAtTheByte) {
+  const auto list = diagnostics_of(
+      "mask: causal\neviction: {name: heavy-hitter, r\xE9"
+      "cent: 32}\n");
+  ASSERT_EQ(list.size(), 1u);
+  expect_error(list[0], 2, 33, "", "not UTF-8 here (byte 0xE9)");
+  EXPECT_EQ(diagnostics_of("mask: \xED\xA0\x80\n").size(), 1u);      // a surrogate
+  EXPECT_EQ(diagnostics_of("mask: \xC0\xAF\n").size(), 1u);          // an overlong '/'
+  EXPECT_EQ(diagnostics_of("mask: \xF4\x90\x80\x80\n").size(), 1u);  // past U+10FFFF
+  EXPECT_NO_THROW(parse_config("# caf\xC3\xA9 \xF0\x9F\x98\x80\nmask: causal\n", "t.yaml", kNoEnv));
+  const auto env = diagnostics_of("", Environment{{"KVCACHE_EVICTION", "lru\xFF"}});
+  ASSERT_EQ(env.size(), 1u);
+  EXPECT_EQ(env[0].where.origin, "environment variable KVCACHE_EVICTION");
+}
+
+// Found by the config fuzz target: yaml-cpp 0.7's LoadAll never returns on these.
+TEST(Errors, StrayCommasAndBracketsAreErrorsNotHangs) {
+  for (const char* text : {",}]\n", ", a: b}]\n", ",\n"}) {
+    const auto list = diagnostics_of(text);
+    ASSERT_EQ(list.size(), 1u) << text;
+    expect_error(list[0], 1, 1, "", "not YAML");
+  }
+}
+
 TEST(DefaultConfig, IsTheEmbeddedYaml) {
   EXPECT_NE(default_config_yaml().find("model:"), std::string::npos);
   const Config c = default_config(kNoEnv);

@@ -15,6 +15,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "config/utf8.hpp"
 #include "config/yaml_reader.hpp"
 #include "kvcache/nearest_name.hpp"
 
@@ -26,6 +27,7 @@ extern const char* const default_config_text;
 namespace {
 
 using detail::Field;
+using detail::invalid_utf8_at;
 using detail::YamlReader;
 
 constexpr std::string_view kDefaultOrigin = "<embedded default>";
@@ -112,23 +114,13 @@ class Overlay {
 
 void Overlay::apply_yaml(std::string_view text, const std::string& origin) {
   YamlReader reader(origin, errors_);
-  std::vector<YAML::Node> documents;
-  try {
-    documents = YAML::LoadAll(std::string(text));
-  } catch (const YAML::Exception& e) {
-    SourceLocation where{origin, 0, 0};
-    if (!e.mark.is_null()) where = {origin, e.mark.line + 1, e.mark.column + 1};
-    reader.error(where, "", e.msg);
-    return;
-  }
-  if (documents.size() > 1) {
-    reader.error(reader.where(documents[1]), "", "expected one YAML document, found several");
-  }
+  const std::optional<YAML::Node> document = reader.load(text);
+  if (!document) return;
   // An empty file states no differences from the default.
-  if (documents.empty() || documents.front().IsNull()) return;
+  if (document->IsNull()) return;
   formats_given_ = false;  // per document: each may restate what the one before it said
   reader.for_each_entry(
-      reader.root(documents.front()),
+      reader.root(*document),
       {"model", "backend", "cache", "format", "quantizer", "mask", "eviction", "plugins"},
       [&](const std::string& name, const Field& value) { section(reader, name, value); });
 }
@@ -349,6 +341,10 @@ void Overlay::apply_environment(const Environment& env) {
         std::find(kCpuVariables.begin(), kCpuVariables.end(), variable) != kCpuVariables.end())
       continue;
     const SourceLocation where{"environment variable " + variable, 0, 0};
+    if (invalid_utf8_at(value)) {
+      reader.error(where, "", "the value is not UTF-8");
+      continue;
+    }
     // Names only, without options, as for the other component variables.
     if (variable == kBackendVariable) {
       std::vector<ComponentChoice> backends;

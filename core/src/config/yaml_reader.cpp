@@ -3,9 +3,14 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <limits>
+#include <sstream>
 #include <utility>
 
+#include <yaml-cpp/eventhandler.h>
+
+#include "config/utf8.hpp"
 #include "kvcache/nearest_name.hpp"
 
 namespace kvcache::detail {
@@ -32,6 +37,37 @@ std::optional<T> parse_number(std::string_view text) {
   const auto [ptr, ec] = std::from_chars(text.data(), end, value);
   if (ec != std::errc() || ptr != end) return std::nullopt;
   return value;
+}
+
+// Counts the documents of a stream, up to two, building nothing. Not YAML::LoadAll: yaml-cpp 0.7
+// (Debian 12) loops forever there on a stream such as ",}" (jbeder/yaml-cpp#1040, fixed upstream
+// in #1319), reporting one empty document after another at the same place.
+struct DocumentCounter : YAML::EventHandler {
+  int documents = 0;
+  YAML::Mark first, second;
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    ++documents;
+    (documents == 1 ? first : second) = mark;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+SourceLocation location_of(std::string_view text, std::size_t offset, const std::string& origin) {
+  const std::string_view before = text.substr(0, offset);
+  const std::size_t line_start = before.rfind('\n');
+  return {
+      origin, static_cast<int>(std::count(before.begin(), before.end(), '\n')) + 1,
+      static_cast<int>(offset - (line_start == std::string_view::npos ? 0 : line_start + 1)) + 1};
 }
 
 }  // namespace
@@ -65,6 +101,38 @@ nlohmann::json scalar_to_json(std::string_view text) {
 
 YamlReader::YamlReader(std::string origin, std::vector<Diagnostic>& diagnostics)
     : origin_(std::move(origin)), diagnostics_(diagnostics) {}
+
+std::optional<YAML::Node> YamlReader::load(std::string_view text) {
+  if (const auto at = invalid_utf8_at(text)) {
+    char byte[8];
+    std::snprintf(byte, sizeof(byte), "0x%02X", static_cast<unsigned>(std::uint8_t(text[*at])));
+    error(location_of(text, *at, origin_), "",
+          std::string("the text is not UTF-8 here (byte ") + byte + ")");
+    return std::nullopt;
+  }
+  const auto at_mark = [&](const YAML::Mark& mark) {
+    return mark.is_null() ? SourceLocation{origin_, 0, 0}
+                          : SourceLocation{origin_, mark.line + 1, mark.column + 1};
+  };
+  try {
+    std::istringstream stream{std::string(text)};
+    YAML::Parser parser(stream);
+    DocumentCounter counter;
+    while (counter.documents < 2 && parser.HandleNextDocument(counter)) {
+    }
+    if (counter.documents == 2) {
+      error(at_mark(counter.second), "",
+            counter.second.pos == counter.first.pos
+                ? "not YAML: nothing can begin with what is here"
+                : "expected one YAML document, found several");
+      return std::nullopt;
+    }
+    return YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    error(at_mark(e.mark), "", e.msg);
+    return std::nullopt;
+  }
+}
 
 SourceLocation YamlReader::where(const YAML::Node& node) const {
   const YAML::Mark mark = node.Mark();

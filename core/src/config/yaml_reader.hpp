@@ -37,6 +37,10 @@ class YamlReader {
   // `origin` names the document the nodes came from (a file path, "<embedded default>").
   YamlReader(std::string origin, std::vector<Diagnostic>& diagnostics);
 
+  // The one document of `text`, or nullopt with the error reported: text that is not UTF-8 (at
+  // the byte), YAML that does not parse, several documents. A null node for an empty text.
+  std::optional<YAML::Node> load(std::string_view text);
+
   // 1-based location of a parsed node; line 0 for nodes made in code.
   SourceLocation where(const YAML::Node& node) const;
   Field root(const YAML::Node& node) const { return {node, where(node), ""}; }

@@ -1,0 +1,48 @@
+// UTF-8 validity, checked before a config's text is read: YAML is Unicode, yaml-cpp passes bytes
+// through unchecked, and a string that is not UTF-8 cannot become a component's JSON options.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace kvcache::detail {
+
+// The offset of the first byte that does not begin or continue a well-formed UTF-8 sequence
+// (overlong forms, surrogates and code points past U+10FFFF are not well formed), or nullopt.
+inline std::optional<std::size_t> invalid_utf8_at(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto lead = static_cast<std::uint8_t>(text[i]);
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    }
+    // The sequence length and the range its second byte must lie in (RFC 3629, section 4).
+    std::size_t length = 0;
+    std::uint8_t low = 0x80, high = 0xBF;
+    if (lead >= 0xC2 && lead <= 0xDF) {
+      length = 2;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+      length = 3;
+      if (lead == 0xE0) low = 0xA0;   // no overlong forms
+      if (lead == 0xED) high = 0x9F;  // no surrogates
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      length = 4;
+      if (lead == 0xF0) low = 0x90;   // no overlong forms
+      if (lead == 0xF4) high = 0x8F;  // nothing past U+10FFFF
+    } else {
+      return i;
+    }
+    for (std::size_t k = 1; k < length; ++k) {
+      if (i + k >= text.size()) return i;
+      const auto next = static_cast<std::uint8_t>(text[i + k]);
+      if (next < (k == 1 ? low : 0x80) || next > (k == 1 ? high : 0xBF)) return i;
+    }
+    i += length;
+  }
+  return std::nullopt;
+}
+
+}  // namespace kvcache::detail
