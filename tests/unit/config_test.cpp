@@ -89,7 +89,7 @@ TEST(Locations, Format) {
 
 // Found by the config fuzz target: an option value that is not UTF-8 ended the program when its
 // JSON was serialized. The text is refused at the byte, before anything reads it.
-TEST(Errors, TextThatIsNotUtf8IsRefusedAtTheByte) {
+TEST(Errors, TextThatIsNotUtf8OrHoldsControlsIsRefusedAtTheByte) {
   const auto list = diagnostics_of(
       "mask: causal\neviction: {name: heavy-hitter, r\xE9"
       "cent: 32}\n");
@@ -99,6 +99,10 @@ TEST(Errors, TextThatIsNotUtf8IsRefusedAtTheByte) {
   EXPECT_EQ(diagnostics_of("mask: \xC0\xAF\n").size(), 1u);          // an overlong '/'
   EXPECT_EQ(diagnostics_of("mask: \xF4\x90\x80\x80\n").size(), 1u);  // past U+10FFFF
   EXPECT_NO_THROW(parse_config("# caf\xC3\xA9 \xF0\x9F\x98\x80\nmask: causal\n", "t.yaml", kNoEnv));
+  // A NUL in a key parsed, then did not survive to_yaml: control characters are refused too.
+  const auto nul = diagnostics_of(std::string("eviction: {name: lru, sin\0k: 4}\n", 32));
+  ASSERT_EQ(nul.size(), 1u);
+  expect_error(nul[0], 1, 26, "", "a control character, which YAML does not allow (byte 0x00)");
   const auto env = diagnostics_of("", Environment{{"KVCACHE_EVICTION", "lru\xFF"}});
   ASSERT_EQ(env.size(), 1u);
   EXPECT_EQ(env[0].where.origin, "environment variable KVCACHE_EVICTION");

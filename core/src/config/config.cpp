@@ -26,6 +26,7 @@ extern const char* const default_config_text;
 
 namespace {
 
+using detail::control_character_at;
 using detail::Field;
 using detail::invalid_utf8_at;
 using detail::YamlReader;
@@ -341,8 +342,8 @@ void Overlay::apply_environment(const Environment& env) {
         std::find(kCpuVariables.begin(), kCpuVariables.end(), variable) != kCpuVariables.end())
       continue;
     const SourceLocation where{"environment variable " + variable, 0, 0};
-    if (invalid_utf8_at(value)) {
-      reader.error(where, "", "the value is not UTF-8");
+    if (invalid_utf8_at(value) || control_character_at(value)) {
+      reader.error(where, "", "the value is not UTF-8 text without control characters");
       continue;
     }
     // Names only, without options, as for the other component variables.

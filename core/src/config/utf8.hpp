@@ -1,5 +1,6 @@
-// UTF-8 validity, checked before a config's text is read: YAML is Unicode, yaml-cpp passes bytes
-// through unchecked, and a string that is not UTF-8 cannot become a component's JSON options.
+// What a config's text must be before it is read: UTF-8 without control characters. YAML is
+// Unicode and printable, yaml-cpp passes bytes through unchecked, a string that is not UTF-8
+// cannot become a component's JSON options, and one with a NUL does not survive to_yaml.
 #pragma once
 
 #include <cstddef>
@@ -41,6 +42,16 @@ inline std::optional<std::size_t> invalid_utf8_at(std::string_view text) {
       if (next < (k == 1 ? low : 0x80) || next > (k == 1 ? high : 0xBF)) return i;
     }
     i += length;
+  }
+  return std::nullopt;
+}
+
+// The offset of the first control character YAML does not allow in a stream (c-printable:
+// every C0 control but tab, line feed and carriage return, and DEL), or nullopt.
+inline std::optional<std::size_t> control_character_at(std::string_view text) {
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<std::uint8_t>(text[i]);
+    if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7F) return i;
   }
   return std::nullopt;
 }

@@ -103,11 +103,17 @@ YamlReader::YamlReader(std::string origin, std::vector<Diagnostic>& diagnostics)
     : origin_(std::move(origin)), diagnostics_(diagnostics) {}
 
 std::optional<YAML::Node> YamlReader::load(std::string_view text) {
-  if (const auto at = invalid_utf8_at(text)) {
+  const auto refuse = [&](std::size_t at, const char* what) {
     char byte[8];
-    std::snprintf(byte, sizeof(byte), "0x%02X", static_cast<unsigned>(std::uint8_t(text[*at])));
-    error(location_of(text, *at, origin_), "",
-          std::string("the text is not UTF-8 here (byte ") + byte + ")");
+    std::snprintf(byte, sizeof(byte), "0x%02X", static_cast<unsigned>(std::uint8_t(text[at])));
+    error(location_of(text, at, origin_), "", std::string(what) + " (byte " + byte + ")");
+  };
+  if (const auto at = invalid_utf8_at(text)) {
+    refuse(*at, "the text is not UTF-8 here");
+    return std::nullopt;
+  }
+  if (const auto at = control_character_at(text)) {
+    refuse(*at, "a control character, which YAML does not allow");
     return std::nullopt;
   }
   const auto at_mark = [&](const YAML::Mark& mark) {
