@@ -148,7 +148,8 @@ std::size_t Tensor::elements() const {
 std::vector<float> Tensor::to_float(const std::string& what) const {
   std::vector<float> out(elements());
   if (dtype == "F32") {
-    std::memcpy(out.data(), data.data(), out.size() * 4);
+    // memcpy with the null pointers of an empty tensor is undefined, even for 0 bytes.
+    if (!out.empty()) std::memcpy(out.data(), data.data(), out.size() * 4);
   } else if (dtype == "F16" || dtype == "BF16") {
     for (std::size_t i = 0; i < out.size(); ++i) {
       std::uint16_t h;
@@ -164,7 +165,7 @@ std::vector<float> Tensor::to_float(const std::string& what) const {
 
 Tensor Tensor::of_floats(std::vector<std::int64_t> shape, const std::vector<float>& values) {
   Tensor t{"F32", std::move(shape), std::vector<std::byte>(values.size() * 4)};
-  std::memcpy(t.data.data(), values.data(), t.data.size());
+  if (!values.empty()) std::memcpy(t.data.data(), values.data(), t.data.size());
   return t;
 }
 
