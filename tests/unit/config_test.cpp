@@ -103,6 +103,11 @@ TEST(Errors, TextThatIsNotUtf8OrHoldsControlsIsRefusedAtTheByte) {
   const auto nul = diagnostics_of(std::string("eviction: {name: lru, sin\0k: 4}\n", 32));
   ASSERT_EQ(nul.size(), 1u);
   expect_error(nul[0], 1, 26, "", "a control character, which YAML does not allow (byte 0x00)");
+  // A lone carriage return in a name: yaml-cpp read it back one shorter.
+  const auto cr = diagnostics_of("mask: caus\r\ral\n");
+  ASSERT_EQ(cr.size(), 1u);
+  expect_error(cr[0], 1, 11, "", "byte 0x0D");
+  EXPECT_NO_THROW(parse_config("mask: causal\r\neviction: lru\r\n", "t.yaml", kNoEnv));
   const auto env = diagnostics_of("", Environment{{"KVCACHE_EVICTION", "lru\xFF"}});
   ASSERT_EQ(env.size(), 1u);
   EXPECT_EQ(env[0].where.origin, "environment variable KVCACHE_EVICTION");
