@@ -222,7 +222,7 @@ TEST(Step, ReportsWhatBeginStepEvictedAndReservesAllOrNothing) {
 }
 
 // A plan is for the sequences' shape when it was made: after a reserve, run() refuses it.
-TEST(Step, APlanIsRefusedOnceTheStoreChangedShape) {
+TEST(Step, APlanIsRefusedOnceItsSequencesChangedShape) {
   const Config config = parse_config(
       "model: {layers: 1, q_heads: 2, kv_heads: 1, head_dim: 32}\ncache: {capacity: 1MiB}\n",
       "step_test.yaml", {});
@@ -246,6 +246,11 @@ TEST(Step, APlanIsRefusedOnceTheStoreChangedShape) {
   Tensor o = Tensor::host(out.data(), {1, 2, 32});
   attention->run(*store, *plan, 0, Tensor::host(q.data(), {1, 2, 32}), o);
   EXPECT_FLOAT_EQ(out[0], 1.0f) << "the mean of four values of 1";
+  // Other sequences may change shape meanwhile (what another thread's calls do to the store).
+  const SeqId other = store->create_sequence();
+  store->reserve(std::vector<SeqId>{other}, std::span<const std::uint32_t>(&four, 1));
+  store->release(other);
+  attention->run(*store, *plan, 0, Tensor::host(q.data(), {1, 2, 32}), o);
   store->reserve(std::vector<SeqId>{id}, std::span<const std::uint32_t>(&one, 1));
   refused(
       [&] {

@@ -44,10 +44,10 @@ AttentionPlan plan_spans(const PageBook& book, std::span<const SeqId> sequences,
   if (prefill && query_counts.size() != sequences.size())
     throw Error(Code::invalid_argument, "one query count per sequence");
   AttentionPlan plan;
-  plan.generation = book.generation();
   plan.sequences.assign(sequences.begin(), sequences.end());
   for (std::size_t i = 0; i < sequences.size(); ++i) {
     const PageBook::Sequence& s = book.find(sequences[i]);
+    plan.shapes.push_back(s.shape);
     plan.written.push_back(slots(s));
     const std::uint32_t n = prefill ? query_counts[i] : 1;
     if (n > plan.written.back())
@@ -116,10 +116,12 @@ AttentionPlan plan_step(const PageBook& book, const StepRequest& r) {
 
 void check_step_layer(const PageBook& book, const AttentionPlan& plan, std::uint32_t layer,
                       const DLTensor& q, const DLTensor& out) {
-  if (book.generation() != plan.generation)
-    throw Error(Code::invalid_argument,
-                "the step's plan is stale: the store's sequences changed shape since it was made "
-                "(reserve, drop, release or prefix match); plan the step again");
+  for (std::size_t i = 0; i < plan.sequences.size(); ++i)
+    if (!book.contains(plan.sequences[i]) || book.find(plan.sequences[i]).shape != plan.shapes[i])
+      throw Error(Code::invalid_argument,
+                  "the step's plan is stale: sequence " + std::to_string(plan.sequences[i]) +
+                      " changed shape since it was made (reserve, drop, release or prefix "
+                      "match); plan the step again");
   book.check_layer(layer);
   for (std::size_t i = 0; i < plan.sequences.size(); ++i) {
     const std::uint64_t written = book.find(plan.sequences[i]).written[layer];

@@ -139,7 +139,6 @@ std::uint16_t* PageBook::residual_row(Sequence& s, std::uint32_t layer, std::uin
 
 void PageBook::release(SeqId id) {
   Sequence& s = find(id);
-  ++generation_;
   // Last page first: it becomes the least recently cached, so a prefix chain is reclaimed from
   // its leaf and its root stays matchable longest.
   for (auto p = s.pages.rbegin(); p != s.pages.rend(); ++p) release_page(*p);
@@ -181,9 +180,9 @@ void PageBook::reserve(std::span<const SeqId> ids, std::span<const std::uint32_t
                 "reserve needs " + pages_text(needed) + ", " + std::to_string(available) +
                     " available (" + std::to_string(pool_.free_count()) + " free, " +
                     std::to_string(pool_.cached_count()) + " cached); nothing was reserved");
-  ++generation_;
   for (const auto& [id, n] : growth) {
     Sequence& s = sequences_.at(id);
+    ++s.shape;
     if (n == 0) continue;
     if (s.length % page_size != 0 && pool_.refs(s.pages.back()) > 1)
       make_private(s, s.pages.size() - 1);
@@ -223,7 +222,7 @@ std::vector<PageBook::Sequence*> PageBook::check_append(std::uint32_t layer,
 
 std::uint64_t PageBook::drop(SeqId id, std::span<const PositionRange> ranges) {
   Sequence& s = find(id);
-  ++generation_;
+  ++s.shape;
   for (const bool value : {false, true})
     if (token_group(value) != 0)
       throw Error(Code::unsupported, "cannot drop tokens stored as " +
@@ -320,7 +319,7 @@ void PageBook::publish_prefix(SeqId id, std::span<const std::int32_t> token_ids)
 
 std::uint64_t PageBook::match_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
   Sequence& s = find(id);
-  ++generation_;
+  ++s.shape;
   if (s.length != 0)
     throw Error(Code::invalid_argument, "match_prefix needs an empty sequence; sequence " +
                                             std::to_string(id) + " holds " +

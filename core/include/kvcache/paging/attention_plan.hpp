@@ -22,7 +22,7 @@ struct AttentionPlan {
   // Per sequence: the slots attended over, the written slots of the layer (a step's plan: the
   // reserved slots, which every layer must have written when it runs).
   std::vector<std::uint64_t> written;
-  std::uint64_t generation = 0;  // the book's, when planned
+  std::vector<std::uint64_t> shapes;  // per sequence: its Sequence::shape when planned
   // Per query: its visible slots, ascending and non-empty.
   std::vector<std::vector<SlotSpan>> visible;
   std::uint64_t visible_slots(std::uint64_t query) const {
@@ -41,9 +41,10 @@ AttentionPlan plan_attention(const PageBook& book, const AttentionRequest& reque
 
 // A step's plan, for every layer: the same checks but of the tensors, over the reserved slots.
 AttentionPlan plan_step(const PageBook& book, const StepRequest& request);
-// Before a layer runs on a step's plan: Error(invalid_argument) when the book's sequences changed
-// shape since it was planned, or a sequence's `layer` has fewer written slots than it planned for
-// (attention before append); and the q and out shapes of plan_attention.
+// Before a layer runs on a step's plan: Error(invalid_argument) when one of its sequences changed
+// shape or was released since it was planned (other sequences may change freely), or a sequence's
+// `layer` has fewer written slots than it planned for (attention before append); and the q and out
+// shapes of plan_attention.
 void check_step_layer(const PageBook& book, const AttentionPlan& plan, std::uint32_t layer,
                       const DLTensor& q, const DLTensor& out);
 

@@ -47,6 +47,9 @@ class PageBook {
     std::uint64_t length = 0;            // reserved slots
     std::vector<std::uint64_t> written;  // per layer: slots that hold K and V
     Position next_position = 0;
+    // Counts the calls that changed this sequence's shape (reserve, drop, prefix match): a
+    // step's plan made at one count is stale at any other.
+    std::uint64_t shape = 0;
     bool contiguous = true;            // positions are 0..length-1 (never compacted)
     std::vector<std::uint64_t> chain;  // prefix hash of each published leading page
     // Accumulated attention weight per slot. Kept per sequence, not per page: sequences that
@@ -98,9 +101,8 @@ class PageBook {
     return residual_row(const_cast<Sequence&>(s), layer, head, value, slot);
   }
 
-  // Counts the calls that change the shape of sequences (reserve, drop, release, prefix match):
-  // a step's plan made at one generation is stale at any other.
-  std::uint64_t generation() const { return generation_; }
+  // Whether `id` is a live sequence.
+  bool contains(SeqId id) const { return sequences_.contains(id); }
 
   Sequence& find(SeqId id);
   const Sequence& find(SeqId id) const;
@@ -132,7 +134,6 @@ class PageBook {
   std::vector<std::uint32_t> fill_;  // occupied slots per page
   std::unordered_map<SeqId, Sequence> sequences_;
   SeqId next_id_ = 1;
-  std::uint64_t generation_ = 0;
 };
 
 }  // namespace kvcache::paging
