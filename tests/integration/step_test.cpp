@@ -157,11 +157,15 @@ TEST(Step, CallsOutOfOrderAreErrorsThatChangeNothing) {
   step.decode(0, q_of(1), out1);
   refused([&] { step.decode(0, q_of(1), out1); }, "layer 0 was already attended");
   refused([&] { step.append(3, kv_of(1), kv_of(1)); }, "layer 3 out of range");
-  // While the step is open the Cache refuses what would change its sequences.
+  // While the step is open the Cache refuses what would change its sequences, and the stepping
+  // calls of the thread that opened it; other sequences change freely.
   refused([&] { (void)cache->reserve(std::vector<SeqId>{id}, std::vector<std::uint32_t>{1}); },
           "a step is open");
-  refused([&] { cache->release(id); }, "a step is open");
-  refused([&] { (void)cache->fork(id); }, "a step is open");
+  refused([&] { cache->release(id); }, "is in the open step");
+  refused([&] { (void)cache->fork(id); }, "is in the open step");
+  const SeqId other = cache->add_sequence();
+  cache->release(cache->fork(other));
+  cache->release(other);
   refused([&] { (void)cache->begin_step(id); }, "a step is open");
   refused([&] { cache->decode(0, std::vector<SeqId>{id}, q_of(1), out1); }, "a step is open");
   EXPECT_EQ(cache->store().length(id), 5u);

@@ -1,6 +1,7 @@
 // The Cache facade: what an inference engine calls. It opens the first available backend of the
 // config's preference list, composes its store and attention with the configured formats, mask
-// and eviction policy, and reports every eviction: nothing leaves the cache unreported.
+// and eviction policy, and reports every eviction: nothing leaves the cache unreported. Any thread
+// may call it: calls are serialized, and one step is open at a time (docs/cache.md, "Threads").
 #pragma once
 
 #include <cstdint>

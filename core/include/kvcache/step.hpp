@@ -9,8 +9,10 @@
 // once, and members of the batch it preempted leave the step: sequences() is the batch the
 // tensors follow). Out-of-order calls (attention before append on a layer, a layer twice, any
 // call after finish) throw Error(invalid_argument) and change nothing. While a step is open the
-// Cache refuses calls that would change its sequences' shape (reserve, release, fork, prefix match,
-// another step, the per-layer calls). A Step must not outlive its Cache.
+// Cache refuses calls that would change its sequences (release, fork, prefix match of a member)
+// and, from the thread that opened it, the stepping calls (reserve, another step, the per-layer
+// calls); other threads' stepping calls wait for it to close (docs/cache.md, "Threads"). A Step
+// must not outlive its Cache.
 #pragma once
 
 #include <cstdint>

@@ -224,6 +224,7 @@ StoreStats Cache::stats() const {
 }
 
 std::vector<SeqId> Cache::sequences() const {
+  const std::lock_guard lock(impl_->mutex);
   std::vector<SeqId> ids;
   for (const auto& [id, s] : impl_->sequences) ids.push_back(id);
   return ids;
@@ -233,20 +234,23 @@ SeqId Cache::add_sequence(std::int32_t priority) {
   if (priority < 0 || priority > 100)
     throw Error(Code::invalid_argument,
                 "priority must be within 0..100, got " + std::to_string(priority));
+  const std::lock_guard lock(impl_->mutex);
   const SeqId id = impl_->store->create_sequence();
   impl_->sequences[id] = {priority, impl_->step, impl_->step, 0};
   return id;
 }
 
 void Cache::release(SeqId id) {
-  impl_->refuse_during_step("release");
+  const std::lock_guard lock(impl_->mutex);
+  impl_->refuse_for_step_member("release", id);
   impl_->info(id);
   impl_->store->release(id);
   impl_->sequences.erase(id);
 }
 
 SeqId Cache::fork(SeqId parent) {
-  impl_->refuse_during_step("fork");
+  const std::lock_guard lock(impl_->mutex);
+  impl_->refuse_for_step_member("fork", parent);
   const SequenceInfo s = impl_->info(parent);
   const SeqId id = impl_->store->fork(parent);
   impl_->sequences[id] = {s.priority, impl_->step, impl_->step, s.next_position};
@@ -254,7 +258,8 @@ SeqId Cache::fork(SeqId parent) {
 }
 
 std::uint64_t Cache::match_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
-  impl_->refuse_during_step("match_prefix");
+  const std::lock_guard lock(impl_->mutex);
+  impl_->refuse_for_step_member("match_prefix", id);
   SequenceInfo& s = impl_->info(id);
   const std::uint64_t matched = impl_->store->match_prefix(id, token_ids);
   s.next_position = static_cast<Position>(matched);
@@ -263,6 +268,7 @@ std::uint64_t Cache::match_prefix(SeqId id, std::span<const std::int32_t> token_
 }
 
 void Cache::publish_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
+  const std::lock_guard lock(impl_->mutex);
   impl_->info(id);
   impl_->store->publish_prefix(id, token_ids);
 }
@@ -301,7 +307,8 @@ EvictionReport Cache::Impl::reserve(std::vector<SeqId>& batch, std::vector<std::
 }
 
 EvictionReport Cache::reserve(std::span<const SeqId> ids, std::span<const std::uint32_t> tokens) {
-  impl_->refuse_during_step("reserve");
+  std::unique_lock lock(impl_->mutex);
+  impl_->wait_for_step(lock, "reserve");
   if (ids.size() != tokens.size())
     throw Error(Code::invalid_argument, "reserve: sequences and token counts differ");
   for (SeqId id : ids) impl_->info(id);
@@ -312,26 +319,30 @@ EvictionReport Cache::reserve(std::span<const SeqId> ids, std::span<const std::u
 
 void Cache::append(std::uint32_t layer, std::span<const SeqId> ids,
                    std::span<const std::uint32_t> counts, const DLTensor& k, const DLTensor& v) {
-  impl_->refuse_during_step("append");
+  std::unique_lock lock(impl_->mutex);
+  impl_->wait_for_step(lock, "append");
   impl_->store->append(layer, ids, counts, k, v);
 }
 
 void Cache::decode(std::uint32_t layer, std::span<const SeqId> ids, const DLTensor& q,
                    DLTensor& out) {
-  impl_->refuse_during_step("decode");
+  std::unique_lock lock(impl_->mutex);
+  impl_->wait_for_step(lock, "decode");
   impl_->attend(layer, ids, {}, q, out);
 }
 
 void Cache::prefill(std::uint32_t layer, std::span<const SeqId> ids,
                     std::span<const std::uint32_t> counts, const DLTensor& q, DLTensor& out) {
-  impl_->refuse_during_step("prefill");
+  std::unique_lock lock(impl_->mutex);
+  impl_->wait_for_step(lock, "prefill");
   if (counts.size() != ids.size())
     throw Error(Code::invalid_argument, "prefill: one query count per sequence");
   impl_->attend(layer, ids, counts, q, out);
 }
 
 EvictionReport Cache::end_step() {
-  impl_->refuse_during_step("end_step");
+  std::unique_lock lock(impl_->mutex);
+  impl_->wait_for_step(lock, "end_step");
   return impl_->after_step();
 }
 

@@ -1,11 +1,15 @@
 // The Cache's state, shared by the facade (cache.cpp) and its steps (step.cpp).
 #pragma once
 
+#include <algorithm>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kvcache/cache.hpp"
@@ -66,12 +70,42 @@ struct Cache::Impl {
   // it preempts leave batch and counts. Throws CacheFull when it still does not fit.
   EvictionReport reserve(std::vector<SeqId>& batch, std::vector<std::uint32_t>& counts);
 
-  // While a step is open, calls that would change its sequences' shape are refused.
+  // Threads (docs/cache.md, "Threads"): every public call of the Cache and of its Step holds
+  // `mutex`, so calls from several threads are serialized whole. One step is open at a time: the
+  // stepping calls (begin_step, reserve, append, decode, prefill, end_step) of another thread
+  // wait until it closes, the same calls of the thread that opened it are refused, and calls on
+  // other sequences (add, release, fork, prefix) go on meanwhile; those on the step's own
+  // sequences are refused.
+  mutable std::mutex mutex;
+  std::condition_variable step_closed;
   bool step_open = false;
-  void refuse_during_step(const char* call) const {
-    if (step_open)
+  std::thread::id step_owner;
+  const std::vector<SeqId>* step_sequences = nullptr;  // the open step's batch
+
+  // Before a stepping call, with `lock` held: waits for another thread's open step to close;
+  // refuses the call on the thread whose step is open.
+  void wait_for_step(std::unique_lock<std::mutex>& lock, const char* call) {
+    if (step_open && step_owner == std::this_thread::get_id())
       throw Error(Code::invalid_argument,
                   std::string(call) + ": a step is open; finish it (or drop it) first");
+    step_closed.wait(lock, [&] { return !step_open; });
+  }
+  // A call that changes `id` while it is a member of the open step is refused.
+  void refuse_for_step_member(const char* call, SeqId id) const {
+    if (step_open &&
+        std::find(step_sequences->begin(), step_sequences->end(), id) != step_sequences->end())
+      throw Error(Code::invalid_argument, std::string(call) + ": sequence " + std::to_string(id) +
+                                              " is in the open step; finish it (or drop it) first");
+  }
+  void open_step(const std::vector<SeqId>& sequences) {
+    step_open = true;
+    step_owner = std::this_thread::get_id();
+    step_sequences = &sequences;
+  }
+  void close_step() {
+    step_open = false;
+    step_sequences = nullptr;
+    step_closed.notify_all();
   }
 };
 

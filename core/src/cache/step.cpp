@@ -54,7 +54,10 @@ Step& Step::operator=(Step&& other) noexcept {
   return *this;
 }
 Step::~Step() {
-  if (state_ && !state_->finished) state_->cache->step_open = false;
+  if (state_ && !state_->finished) {
+    const std::lock_guard lock(state_->cache->mutex);
+    state_->cache->close_step();
+  }
 }
 
 namespace {
@@ -79,6 +82,7 @@ const EvictionReport& Step::report() const {
 
 void Step::append(std::uint32_t layer, const DLTensor& k, const DLTensor& v) {
   State& s = live(state_);
+  const std::lock_guard lock(s.cache->mutex);
   State::Layer& state = s.layer("append", layer);
   if (state != State::Layer::untouched)
     throw Error(Code::invalid_argument,
@@ -89,6 +93,7 @@ void Step::append(std::uint32_t layer, const DLTensor& k, const DLTensor& v) {
 
 void Step::decode(std::uint32_t layer, const DLTensor& q, DLTensor& out) {
   State& s = live(state_);
+  const std::lock_guard lock(s.cache->mutex);
   if (!s.one_each)
     throw Error(Code::invalid_argument,
                 "decode: this step has more than one new token for a sequence; use prefill");
@@ -96,11 +101,14 @@ void Step::decode(std::uint32_t layer, const DLTensor& q, DLTensor& out) {
 }
 
 void Step::prefill(std::uint32_t layer, const DLTensor& q, DLTensor& out) {
-  live(state_).attend("prefill", layer, q, out);
+  State& s = live(state_);
+  const std::lock_guard lock(s.cache->mutex);
+  s.attend("prefill", layer, q, out);
 }
 
 EvictionReport Step::finish() {
   State& s = live(state_);
+  const std::lock_guard lock(s.cache->mutex);
   s.check_open("finish");
   const auto missing = std::find(s.layers.begin(), s.layers.end(), State::Layer::untouched);
   if (missing != s.layers.end() && s.tokens > 0)
@@ -108,7 +116,7 @@ EvictionReport Step::finish() {
                 "finish: layer " + std::to_string(missing - s.layers.begin()) + " of " +
                     std::to_string(s.layers.size()) + " has not been appended in this step");
   s.finished = true;
-  s.cache->step_open = false;
+  s.cache->close_step();
   EvictionReport report = s.report;
   try {
     report.merge(s.cache->after_step());
@@ -121,7 +129,8 @@ EvictionReport Step::finish() {
 
 Step Cache::begin_step(std::span<const SeqId> ids, std::span<const std::uint32_t> new_tokens) {
   Impl& c = *impl_;
-  c.refuse_during_step("begin_step");
+  std::unique_lock lock(c.mutex);
+  c.wait_for_step(lock, "begin_step");
   if (ids.size() != new_tokens.size())
     throw Error(Code::invalid_argument, "begin_step: " + std::to_string(ids.size()) +
                                             " sequences but " + std::to_string(new_tokens.size()) +
@@ -152,7 +161,7 @@ Step Cache::begin_step(std::span<const SeqId> ids, std::span<const std::uint32_t
   request.visible = visible.view();
   request.accumulate_scores = c.wants_scores();
   s->plan = c.attention->plan(*c.store, request);
-  c.step_open = true;
+  c.open_step(s->sequences);
   return Step(std::move(s));
 }
 
