@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages that building and testing kvcache needs, only those missing.
+# --fuzz adds clang 16 and its runtimes (libFuzzer, the sanitizers) for the fuzz preset.
 set -euo pipefail
 
 packages=(
@@ -8,6 +9,9 @@ packages=(
   libcli11-dev libdlpack-dev libgtest-dev libgmock-dev libbenchmark-dev
   hipcc libamdhip64-dev  # the ROCm/HIP backend builds everywhere (CUDA uses nvcc when present)
 )
+if [[ "${1:-}" == "--fuzz" ]]; then
+  packages+=(clang-16 libclang-rt-16-dev)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
