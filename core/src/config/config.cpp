@@ -15,7 +15,7 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "config/utf8.hpp"
+#include "config/text_check.hpp"
 #include "config/yaml_reader.hpp"
 #include "kvcache/nearest_name.hpp"
 
@@ -26,9 +26,8 @@ extern const char* const default_config_text;
 
 namespace {
 
-using detail::control_character_at;
 using detail::Field;
-using detail::invalid_utf8_at;
+using detail::text_fault;
 using detail::YamlReader;
 
 constexpr std::string_view kDefaultOrigin = "<embedded default>";
@@ -342,7 +341,7 @@ void Overlay::apply_environment(const Environment& env) {
         std::find(kCpuVariables.begin(), kCpuVariables.end(), variable) != kCpuVariables.end())
       continue;
     const SourceLocation where{"environment variable " + variable, 0, 0};
-    if (invalid_utf8_at(value) || control_character_at(value)) {
+    if (text_fault(value)) {
       reader.error(where, "", "the value is not UTF-8 text without control characters");
       continue;
     }

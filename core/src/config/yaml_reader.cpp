@@ -10,7 +10,7 @@
 
 #include <yaml-cpp/eventhandler.h>
 
-#include "config/utf8.hpp"
+#include "config/text_check.hpp"
 #include "kvcache/nearest_name.hpp"
 
 namespace kvcache::detail {
@@ -103,23 +103,14 @@ YamlReader::YamlReader(std::string origin, std::vector<Diagnostic>& diagnostics)
     : origin_(std::move(origin)), diagnostics_(diagnostics) {}
 
 std::optional<YAML::Node> YamlReader::load(std::string_view text) {
-  const auto refuse = [&](std::size_t at, const char* what) {
+  if (const auto fault = text_fault(text)) {
     char byte[8];
-    std::snprintf(byte, sizeof(byte), "0x%02X", static_cast<unsigned>(std::uint8_t(text[at])));
-    error(location_of(text, at, origin_), "", std::string(what) + " (byte " + byte + ")");
-  };
-  if (const auto at = invalid_utf8_at(text)) {
-    refuse(*at, "the text is not UTF-8 here");
+    std::snprintf(byte, sizeof(byte), "0x%02X",
+                  static_cast<unsigned>(std::uint8_t(text[fault->at])));
+    error(location_of(text, fault->at, origin_), "",
+          std::string(fault->what) + " (byte " + byte + ")");
     return std::nullopt;
   }
-  if (const auto at = control_character_at(text)) {
-    refuse(*at, "a control character, which YAML does not allow");
-    return std::nullopt;
-  }
-  const auto at_mark = [&](const YAML::Mark& mark) {
-    return mark.is_null() ? SourceLocation{origin_, 0, 0}
-                          : SourceLocation{origin_, mark.line + 1, mark.column + 1};
-  };
   try {
     std::istringstream stream{std::string(text)};
     YAML::Parser parser(stream);
@@ -127,7 +118,7 @@ std::optional<YAML::Node> YamlReader::load(std::string_view text) {
     while (counter.documents < 2 && parser.HandleNextDocument(counter)) {
     }
     if (counter.documents == 2) {
-      error(at_mark(counter.second), "",
+      error(where(counter.second), "",
             counter.second.pos == counter.first.pos
                 ? "not YAML: nothing can begin with what is here"
                 : "expected one YAML document, found several");
@@ -135,13 +126,12 @@ std::optional<YAML::Node> YamlReader::load(std::string_view text) {
     }
     return YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {
-    error(at_mark(e.mark), "", e.msg);
+    error(where(e.mark), "", e.msg);
     return std::nullopt;
   }
 }
 
-SourceLocation YamlReader::where(const YAML::Node& node) const {
-  const YAML::Mark mark = node.Mark();
+SourceLocation YamlReader::where(const YAML::Mark& mark) const {
   if (mark.is_null()) return {origin_, 0, 0};
   return {origin_, mark.line + 1, mark.column + 1};
 }

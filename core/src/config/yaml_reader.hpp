@@ -42,7 +42,8 @@ class YamlReader {
   std::optional<YAML::Node> load(std::string_view text);
 
   // 1-based location of a parsed node; line 0 for nodes made in code.
-  SourceLocation where(const YAML::Node& node) const;
+  SourceLocation where(const YAML::Node& node) const { return where(node.Mark()); }
+  SourceLocation where(const YAML::Mark& mark) const;
   Field root(const YAML::Node& node) const { return {node, where(node), ""}; }
 
   void error(const SourceLocation& where, const std::string& key, std::string message);

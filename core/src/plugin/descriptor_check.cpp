@@ -12,16 +12,12 @@
 namespace kvcache::plugin {
 namespace {
 
-std::string count_text(std::uint32_t n) {
-  return std::to_string(n);
-}
-
 void check_list(const std::string& which, const char* what, std::uint32_t n, const void* items) {
   if (n > kMaxListed)
-    throw LoadError(which + " lists " + count_text(n) + " " + what + ", more than the " +
-                    count_text(kMaxListed) + " a descriptor may list");
+    throw LoadError(which + " lists " + std::to_string(n) + " " + what + ", more than the " +
+                    std::to_string(kMaxListed) + " a descriptor may list");
   if (n > 0 && items == nullptr)
-    throw LoadError(which + " lists " + count_text(n) + " " + what + " but no array of them");
+    throw LoadError(which + " lists " + std::to_string(n) + " " + what + " but no array of them");
 }
 
 void check_capabilities(const std::string& which, std::uint32_t kind, const kvc_capabilities& k) {
@@ -34,16 +30,17 @@ void check_capabilities(const std::string& which, std::uint32_t kind, const kvc_
   check_list(which, "page sizes", k.n_page_sizes, k.page_sizes);
   for (std::uint32_t i = 0; i < k.n_formats; ++i)
     if (k.formats[i] == nullptr || *k.formats[i] == '\0')
-      throw LoadError(which + ": format #" + count_text(i) + " has no name");
+      throw LoadError(which + ": format #" + std::to_string(i) + " has no name");
   for (std::uint32_t i = 0; i < k.n_head_dims; ++i)
     if (k.head_dims[i] == 0) throw LoadError(which + ": lists head dim 0");
   for (std::uint32_t i = 0; i < k.n_page_sizes; ++i)
     if (k.page_sizes[i] == 0 || k.page_sizes[i] > kMaxListedPageSize)
-      throw LoadError(which + ": lists page size " + count_text(k.page_sizes[i]) +
-                      " (page sizes are 1 to " + count_text(kMaxListedPageSize) + ")");
+      throw LoadError(which + ": lists page size " + std::to_string(k.page_sizes[i]) +
+                      " (page sizes are 1 to " + std::to_string(kMaxListedPageSize) + ")");
   if (!has_abi_1_3_capabilities(k)) return;
   if (k.foreign_formats > 1)
-    throw LoadError(which + ": foreign_formats is " + count_text(k.foreign_formats) + " (0 or 1)");
+    throw LoadError(which + ": foreign_formats is " + std::to_string(k.foreign_formats) +
+                    " (0 or 1)");
   if (k.foreign_formats != 0 && kind != KVC_KIND_BACKEND)
     throw LoadError(which + ": foreign_formats is for backends only");
   if (k.numerics_json != nullptr &&
@@ -52,7 +49,7 @@ void check_capabilities(const std::string& which, std::uint32_t kind, const kvc_
 }
 
 void check_component(const kvc_component& c, std::uint32_t index) {
-  std::string which = "component #" + count_text(index);
+  std::string which = "component #" + std::to_string(index);
   if (c.struct_size < offsetof(kvc_component, table) + sizeof(c.table))
     throw LoadError(which + ": record is " + std::to_string(c.struct_size) + " bytes, too small");
   if (c.name == nullptr || *c.name == '\0') throw LoadError(which + " has no name");
@@ -82,17 +79,17 @@ void check_descriptor(const kvc_plugin_descriptor& d) {
                     std::to_string(KVC_ABI_MAJOR) + "." + std::to_string(KVC_ABI_MINOR));
   if (d.name == nullptr || *d.name == '\0') throw LoadError("descriptor has no plugin name");
   if (d.n_components > kMaxComponents)
-    throw LoadError("descriptor lists " + count_text(d.n_components) + " components, more than " +
-                    count_text(kMaxComponents));
+    throw LoadError("descriptor lists " + std::to_string(d.n_components) +
+                    " components, more than " + std::to_string(kMaxComponents));
   if (d.n_components > 0 && d.components == nullptr)
-    throw LoadError("descriptor lists " + count_text(d.n_components) +
+    throw LoadError("descriptor lists " + std::to_string(d.n_components) +
                     " components but no component array");
   std::set<std::pair<std::uint32_t, std::string_view>> seen;
   for (std::uint32_t i = 0; i < d.n_components; ++i) {
     const kvc_component& c = d.components[i];
     check_component(c, i);
     if (!seen.emplace(c.kind, c.name).second)
-      throw LoadError("component #" + count_text(i) + " '" + c.name +
+      throw LoadError("component #" + std::to_string(i) + " '" + c.name +
                       "' repeats the name of an earlier component of its kind");
   }
 }

@@ -59,4 +59,16 @@ inline std::optional<std::size_t> control_character_at(std::string_view text) {
   return std::nullopt;
 }
 
+// The first byte a config's text may not hold, and why; nullopt when the text is fine.
+struct TextFault {
+  std::size_t at;
+  const char* what;
+};
+inline std::optional<TextFault> text_fault(std::string_view text) {
+  if (const auto at = invalid_utf8_at(text)) return TextFault{*at, "the text is not UTF-8 here"};
+  if (const auto at = control_character_at(text))
+    return TextFault{*at, "a control character, which YAML does not allow"};
+  return std::nullopt;
+}
+
 }  // namespace kvcache::detail
