@@ -1,10 +1,10 @@
-// A Cache as Python holds it: the C++ Cache and the one mutex that makes calls from several
-// Python threads safe. Every call releases the GIL first and then takes the mutex (never the
-// other way round), so a thread waiting for the Cache never blocks the interpreter.
+// A Cache as Python holds it. The Cache serializes calls from any thread itself (docs/cache.md,
+// "Threads"), so the binding adds no lock of its own: a second lock taken around calls that may
+// wait for another thread's step (begin_step) would deadlock with that thread's next call. Every
+// call releases the GIL first, so a thread waiting for the Cache never blocks the interpreter.
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <utility>
 
 #include <nanobind/nanobind.h>
@@ -15,14 +15,12 @@ namespace kvcache::python {
 
 struct CacheHandle {
   std::unique_ptr<Cache> cache;
-  std::mutex mutex;
 };
 
-// Runs f() on the Cache without the GIL, under its mutex.
+// Runs f() on the Cache without the GIL.
 template <class F>
-decltype(auto) locked(CacheHandle& handle, F&& f) {
+decltype(auto) locked(CacheHandle&, F&& f) {
   nanobind::gil_scoped_release release;
-  std::lock_guard lock(handle.mutex);
   return std::forward<F>(f)();
 }
 

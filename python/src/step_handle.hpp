@@ -2,7 +2,6 @@
 // while the Step lives).
 #pragma once
 
-#include <mutex>
 #include <optional>
 #include <utility>
 
@@ -18,11 +17,9 @@ struct StepHandle {
   StepHandle(CacheHandle* c, Step s) : cache(c), step(std::move(s)) {}
   StepHandle(const StepHandle&) = delete;
   StepHandle& operator=(const StepHandle&) = delete;
-  // Closing a step touches its Cache: under the Cache's mutex like every other call.
-  ~StepHandle() {
-    std::lock_guard lock(cache->mutex);
-    step.reset();
-  }
+  // Closing a step (undoing it when unfinished) takes the Cache's lock with the GIL held: safe,
+  // since a thread holding that lock never waits for the GIL.
+  ~StepHandle() { step.reset(); }
   Step& get() { return *step; }
 };
 

@@ -1,7 +1,6 @@
 """Wrong input from Python: typed exceptions that name what was expected, and nothing changes."""
 
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -61,24 +60,17 @@ def test_cache_full_carries_the_report_and_reserves_nothing():
 
 
 def test_threads_share_one_cache_safely(cache):
-    """Four threads, each its own sequence, on one Cache. One step is open at a time per Cache
-    (the C++ contract): a thread that finds one open retries; calls between never collide."""
+    """Four threads, each its own sequence, on one Cache. One step is open at a time per Cache:
+    a thread's begin_step waits for another's step to finish, and calls between never collide
+    (this deadlocked while the binding held a lock of its own around begin_step's wait)."""
     results = {}
-
-    def begin(seq):
-        while True:
-            try:
-                return cache.begin_step(seq, 1)
-            except kvcache.InvalidArgument as e:
-                assert "step" in str(e)
-                cache.stats()  # other calls go on meanwhile
-                time.sleep(0)
 
     def work(i):
         rng = np.random.default_rng(i)
         seq = cache.add_sequence()
         for _ in range(20):
-            step = begin(seq)
+            cache.stats()  # other calls go on meanwhile
+            step = cache.begin_step(seq, 1)
             for layer in range(2):
                 step.append(layer, rows(rng, 1, 2), rows(rng, 1, 2))
                 step.decode(layer, rows(rng, 1, 4))
