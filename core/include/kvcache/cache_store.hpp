@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvcache/quantizer.hpp"
+#include "kvcache/status.hpp"
 #include "kvcache/types.hpp"
 
 namespace kvcache {
@@ -125,6 +126,14 @@ class CacheStore {
   virtual void append(std::uint32_t layer, std::span<const SeqId> sequences,
                       std::span<const std::uint32_t> counts, const DLTensor& k,
                       const DLTensor& v) = 0;
+  // Gives back the newest `tokens` reserved slots of `sequence`, written or not, as if they had
+  // never been reserved: how the Cache undoes a step that did not finish. All or nothing. The
+  // default refuses (Error(unsupported)); stores built on paging::PagedStoreBase implement it.
+  virtual void unreserve(SeqId sequence, std::uint64_t tokens) {
+    throw Error(Code::unsupported, "this store cannot give back reserved slots (sequence " +
+                                       std::to_string(sequence) + ", " + std::to_string(tokens) +
+                                       " slots)");
+  }
   // Removes the tokens whose logical positions fall in `ranges` and compacts the sequence.
   // Returns how many tokens were removed.
   virtual std::uint64_t drop(SeqId sequence, std::span<const PositionRange> ranges) = 0;

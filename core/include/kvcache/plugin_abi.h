@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 #define KVC_ABI_MAJOR 1
-#define KVC_ABI_MINOR 4
+#define KVC_ABI_MINOR 5
 #define KVC_ENTRY_SYMBOL "kvcache_plugin_entry"
 
 /* ---- status ------------------------------------------------------------------------------- */
@@ -323,6 +323,9 @@ typedef struct kvc_store_table {
   /* ABI 1.3 (a 1.2 table ends before it; NULL is allowed): the tile layout of K (value 0) or V
      (value 1), as much of it as out->struct_size holds. */
   int32_t (*format)(void* store, uint32_t value, kvc_format_desc* out, kvc_error* err);
+  /* ABI 1.5 (a 1.4 table ends before it; NULL is allowed): gives back the newest `tokens` reserved
+     slots of the sequence, written or not, all or nothing (an unfinished step undone). */
+  int32_t (*unreserve)(void* store, uint64_t sequence, uint64_t tokens, kvc_error* err);
 } kvc_store_table;
 
 /* ---- attention ---------------------------------------------------------------------------- */

@@ -7,12 +7,15 @@
 //
 // begin_step reserves all or nothing (evicting per the policy; what it evicted is report() at
 // once, and members of the batch it preempted leave the step: sequences() is the batch the
-// tensors follow). Out-of-order calls (attention before append on a layer, a layer twice, any
-// call after finish) throw Error(invalid_argument) and change nothing. While a step is open the
-// Cache refuses calls that would change its sequences (release, fork, prefix match of a member)
-// and, from the thread that opened it, the stepping calls (reserve, another step, the per-layer
-// calls); other threads' stepping calls wait for it to close (docs/cache.md, "Threads"). A Step
-// must not outlive its Cache.
+// tensors follow). If the mask or the plan then fails, the reserve is undone and the error
+// arrives as an EvictionError carrying what was evicted, when something was. A step is all or
+// nothing too: finish() keeps its tokens, a step dropped unfinished gives them back. Out-of-order
+// calls (attention before append on a layer, a layer twice, any call after finish) throw
+// Error(invalid_argument) and change nothing. While a step is open the Cache refuses calls that
+// would change its sequences (release, fork, prefix match of a member) and, from the thread that
+// opened it, the stepping calls (reserve, another step, the per-layer calls); other threads'
+// stepping calls wait for it to close (docs/cache.md, "Threads"). A Step must not outlive its
+// Cache.
 #pragma once
 
 #include <cstdint>
@@ -32,8 +35,10 @@ class KVCACHE_API Step {
  public:
   Step(Step&&) noexcept;
   Step& operator=(Step&&) noexcept;
-  // A step dropped before finish() closes without the policy's hook; layers left unwritten stay
-  // so (the next step's attention refuses them).
+  // A step dropped before finish() is undone: its sequences give back the step's slots, written
+  // or not, and are as before begin_step (what its reserve evicted stays evicted: report()). A
+  // store that cannot give slots back (before ABI 1.5) leaves them part-written; the Cache then
+  // refuses them in later steps, saying so. The policy's hook does not run.
   ~Step();
 
   // The batch, in the order of the tensors' rows, and each member's new tokens.
@@ -53,6 +58,8 @@ class KVCACHE_API Step {
   void prefill(std::uint32_t layer, const DLTensor& q, DLTensor& out);
   // Ends the step: every layer must have been appended (unless the step has no tokens). Runs the
   // policy's proactive hook and returns all that the step evicted, begin_step's report included.
+  // An EvictionError from finish() means the step stands and the hook failed (its report: what
+  // was evicted); any other error means the step is still open, unchanged.
   [[nodiscard]] EvictionReport finish();
 
   struct State;

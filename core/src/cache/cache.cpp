@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <iterator>
 #include <map>
+#include <new>
 #include <unordered_map>
 #include <utility>
 
@@ -37,7 +38,7 @@ class StoreTokens final : public TokenSource {
 }  // namespace
 
 template <class Decide>
-EvictionReport Cache::Impl::consult(Decide&& decide) {
+bool Cache::Impl::consult(Decide&& decide, EvictionReport& report) {
   std::vector<SequenceState> states;
   const StoreStats st = store->stats();
   for (const auto& [id, s] : sequences) {
@@ -48,54 +49,60 @@ EvictionReport Cache::Impl::consult(Decide&& decide) {
   const StoreTokens tokens(*store);
   const CacheState state{page_size,       step,   st.total_pages, st.free_pages,
                          st.cached_pages, states, &tokens};
-  return apply(decide(state));
+  const EvictionPlan plan = decide(state);
+  const std::size_t preempted = report.preempted.size(), dropped = report.dropped.size();
+  const std::uint64_t freed = report.cached_pages_freed;
+  apply(plan, report);
+  return report.preempted.size() != preempted || report.dropped.size() != dropped ||
+         report.cached_pages_freed != freed;
 }
 
-EvictionReport Cache::Impl::apply(const EvictionPlan& plan) {
-  EvictionReport report;
-  try {
-    if (plan.free_cached_pages > 0)
-      report.cached_pages_freed = store->evict_cached(plan.free_cached_pages);
-    for (SeqId id : plan.preempt) {
-      if (!sequences.contains(id)) continue;
-      store->release(id);
-      sequences.erase(id);
-      report.preempted.push_back(id);
-    }
-    std::map<SeqId, std::vector<PositionRange>> drops;
-    for (const DroppedRange& d : plan.drop)
-      if (sequences.contains(d.sequence)) drops[d.sequence].push_back(d.range);
-    for (const auto& [id, ranges] : drops) {
-      const std::vector<Position> before = store->positions(id);
-      store->drop(id, ranges);
-      const std::vector<Position> after = store->positions(id);
-      std::vector<Position> gone;
-      std::set_difference(before.begin(), before.end(), after.begin(), after.end(),
-                          std::back_inserter(gone));
-      for (const PositionRange& r : ranges_of(gone)) report.dropped.push_back({id, r});
-    }
-  } catch (const EvictionError&) {
-    throw;
-  } catch (const Error& e) {
-    throw EvictionError(e.code(), std::string("applying the eviction plan: ") + e.what(),
-                        std::move(report));
+void Cache::Impl::apply(const EvictionPlan& plan, EvictionReport& report) {
+  // Room in the report first: once the store has removed something, recording it must not fail.
+  report.preempted.reserve(report.preempted.size() + plan.preempt.size());
+  if (plan.free_cached_pages > 0)
+    report.cached_pages_freed += store->evict_cached(plan.free_cached_pages);
+  for (SeqId id : plan.preempt) {
+    if (!sequences.contains(id)) continue;
+    store->release(id);
+    sequences.erase(id);
+    report.preempted.push_back(id);
   }
-  return report;
+  std::map<SeqId, std::vector<PositionRange>> drops;
+  for (const DroppedRange& d : plan.drop)
+    if (sequences.contains(d.sequence)) drops[d.sequence].push_back(d.range);
+  for (const auto& [id, ranges] : drops) {
+    // What the drop removes: the held positions within the ranges, known before it happens.
+    std::vector<Position> gone = store->positions(id);
+    std::erase_if(gone, [&](Position p) {
+      return std::none_of(ranges.begin(), ranges.end(),
+                          [&](const PositionRange& r) { return p >= r.begin && p < r.end; });
+    });
+    const std::vector<PositionRange> removed = ranges_of(gone);
+    report.dropped.reserve(report.dropped.size() + removed.size());
+    const std::uint64_t count = store->drop(id, ranges);
+    for (const PositionRange& r : removed) report.dropped.push_back({id, r});
+    (void)count;  // a plugin's count is not trusted: the positions say what went
+  }
 }
 
-std::uint64_t Cache::Impl::shortfall(std::span<const SeqId> ids,
-                                     std::span<const std::uint32_t> tokens) {
-  std::uint64_t needed = 0;
+std::optional<std::uint64_t> Cache::Impl::shortfall(std::span<const SeqId> ids,
+                                                    std::span<const std::uint32_t> tokens) {
+  std::uint64_t needed = 0, partial = 0;
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const std::uint64_t length = store->length(ids[i]);
     needed +=
         (length + tokens[i] + page_size - 1) / page_size - (length + page_size - 1) / page_size;
+    partial += tokens[i] > 0 && length % page_size != 0;
   }
+  const StoreStats st = store->stats();
+  const std::uint64_t available = st.free_pages + st.cached_pages;
+  // Room even if every partial last page were shared and needed a private copy: the pool was not
+  // what ran out (host memory did, inside the store), and evicting would not help.
+  if (needed + partial <= available) return std::nullopt;
   // The pages new tokens need; a shared last page's private copy is not counted ahead: when the
   // reserve still fails, the next round asks for at least one page more. Counting one per
   // sequence ahead would preempt a sequence too many under every policy.
-  const StoreStats st = store->stats();
-  const std::uint64_t available = st.free_pages + st.cached_pages;
   return needed > available ? needed - available : 1;
 }
 
@@ -116,10 +123,28 @@ Cache::Impl::Visible Cache::Impl::visible_for(std::span<const SeqId> ids,
   return v;
 }
 
-EvictionReport Cache::Impl::after_step() {
+void Cache::Impl::undo_reserve(std::span<const SeqId> ids,
+                               std::span<const std::uint32_t> counts) noexcept {
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const auto it = sequences.find(ids[i]);
+    if (it == sequences.end() || counts[i] == 0) continue;
+    try {
+      store->unreserve(ids[i], counts[i]);
+      it->second.next_position -= static_cast<Position>(counts[i]);
+    } catch (const std::exception& e) {
+      it->second.broken = true;
+      try {
+        it->second.why_broken = e.what();
+        spdlog::warn("sequence {} cannot take part in a step again: {}", ids[i], e.what());
+      } catch (...) {  // the flag is what matters; the text is a courtesy
+      }
+    }
+  }
+}
+
+void Cache::Impl::after_step(EvictionReport& report) {
   ++step;
-  if (!policy) return {};
-  return consult([&](const CacheState& s) { return policy->after_step(s); });
+  if (policy) consult([&](const CacheState& s) { return policy->after_step(s); }, report);
 }
 
 void Cache::Impl::attend(std::uint32_t layer, std::span<const SeqId> ids,
@@ -134,6 +159,22 @@ void Cache::Impl::attend(std::uint32_t layer, std::span<const SeqId> ids,
   request.visible = visible.view();
   request.accumulate_scores = wants_scores();
   counts.empty() ? attention->decode(*store, request) : attention->prefill(*store, request);
+}
+
+void rethrow_with(EvictionReport report, bool always) {
+  if (report.empty() && !always) throw;
+  try {
+    throw;
+  } catch (const EvictionError& e) {
+    report.merge(e.report());
+    throw EvictionError(e.code(), e.what(), std::move(report));
+  } catch (const Error& e) {
+    throw EvictionError(e.code(), e.what(), std::move(report));
+  } catch (const std::bad_alloc&) {
+    throw EvictionError(Code::out_of_memory, "out of host memory", std::move(report));
+  } catch (const std::exception& e) {
+    throw EvictionError(Code::internal, e.what(), std::move(report));
+  }
 }
 
 void EvictionReport::merge(const EvictionReport& other) {
@@ -236,7 +277,9 @@ SeqId Cache::add_sequence(std::int32_t priority) {
                 "priority must be within 0..100, got " + std::to_string(priority));
   const std::lock_guard lock(impl_->mutex);
   const SeqId id = impl_->store->create_sequence();
-  impl_->sequences[id] = {priority, impl_->step, impl_->step, 0};
+  SequenceInfo& s = impl_->track(id);
+  s.priority = priority;
+  s.created_step = s.last_used_step = impl_->step;
   return id;
 }
 
@@ -253,7 +296,10 @@ SeqId Cache::fork(SeqId parent) {
   impl_->refuse_for_step_member("fork", parent);
   const SequenceInfo s = impl_->info(parent);
   const SeqId id = impl_->store->fork(parent);
-  impl_->sequences[id] = {s.priority, impl_->step, impl_->step, s.next_position};
+  SequenceInfo& child = impl_->track(id);
+  child.priority = s.priority;
+  child.created_step = child.last_used_step = impl_->step;
+  child.next_position = s.next_position;
   return id;
 }
 
@@ -269,38 +315,39 @@ std::uint64_t Cache::match_prefix(SeqId id, std::span<const std::int32_t> token_
 
 void Cache::publish_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
   const std::lock_guard lock(impl_->mutex);
+  impl_->refuse_for_step_member("publish_prefix", id);
   impl_->info(id);
   impl_->store->publish_prefix(id, token_ids);
 }
 
 EvictionReport Cache::Impl::reserve(std::vector<SeqId>& batch, std::vector<std::uint32_t>& counts) {
   EvictionReport report;
-  for (;;) {
-    try {
-      store->reserve(batch, counts);
-      break;
-    } catch (const Error& e) {
-      if (e.code() != Code::out_of_memory) throw;
-      if (!policy) throw CacheFull(e.what(), report);
-      const std::uint64_t needed = shortfall(batch, counts);
-      EvictionReport step_report;
+  try {
+    for (;;) {
       try {
-        step_report = consult([&](const CacheState& s) { return policy->on_pressure(s, needed); });
-      } catch (const EvictionError& partial) {  // keep what earlier rounds evicted, too
-        report.merge(partial.report());
-        throw EvictionError(partial.code(), partial.what(), std::move(report));
-      }
-      if (step_report.empty())
-        throw CacheFull(std::string(e.what()) + "; the eviction policy freed nothing more", report);
-      report.merge(step_report);
-      // Preempted members of this batch are no longer reserved for.
-      for (std::size_t i = batch.size(); i-- > 0;) {
-        if (!sequences.contains(batch[i])) {
-          batch.erase(batch.begin() + static_cast<std::ptrdiff_t>(i));
-          counts.erase(counts.begin() + static_cast<std::ptrdiff_t>(i));
+        store->reserve(batch, counts);
+        break;
+      } catch (const Error& e) {
+        if (e.code() != Code::out_of_memory) throw;
+        const std::optional<std::uint64_t> needed = shortfall(batch, counts);
+        if (!needed) throw;
+        if (!policy) throw CacheFull(e.what(), std::move(report));
+        if (!consult([&](const CacheState& s) { return policy->on_pressure(s, *needed); }, report))
+          throw CacheFull(std::string(e.what()) + "; the eviction policy freed nothing more",
+                          std::move(report));
+        // Preempted members of this batch are no longer reserved for.
+        for (std::size_t i = batch.size(); i-- > 0;) {
+          if (!sequences.contains(batch[i])) {
+            batch.erase(batch.begin() + static_cast<std::ptrdiff_t>(i));
+            counts.erase(counts.begin() + static_cast<std::ptrdiff_t>(i));
+          }
         }
       }
     }
+  } catch (const CacheFull&) {
+    throw;
+  } catch (...) {  // the policy or the store failed: what earlier rounds evicted stands
+    rethrow_with(std::move(report));
   }
   for (std::size_t i = 0; i < batch.size(); ++i) info(batch[i]).next_position += counts[i];
   return report;
@@ -311,7 +358,7 @@ EvictionReport Cache::reserve(std::span<const SeqId> ids, std::span<const std::u
   impl_->wait_for_step(lock, "reserve");
   if (ids.size() != tokens.size())
     throw Error(Code::invalid_argument, "reserve: sequences and token counts differ");
-  for (SeqId id : ids) impl_->info(id);
+  for (SeqId id : ids) impl_->steppable("reserve", id);
   std::vector<SeqId> batch(ids.begin(), ids.end());
   std::vector<std::uint32_t> counts(tokens.begin(), tokens.end());
   return impl_->reserve(batch, counts);
@@ -343,7 +390,13 @@ void Cache::prefill(std::uint32_t layer, std::span<const SeqId> ids,
 EvictionReport Cache::end_step() {
   std::unique_lock lock(impl_->mutex);
   impl_->wait_for_step(lock, "end_step");
-  return impl_->after_step();
+  EvictionReport report;
+  try {
+    impl_->after_step(report);
+  } catch (...) {
+    rethrow_with(std::move(report));
+  }
+  return report;
 }
 
 }  // namespace kvcache

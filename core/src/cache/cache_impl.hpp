@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -21,7 +22,16 @@ struct SequenceInfo {
   std::uint64_t created_step = 0;
   std::uint64_t last_used_step = 0;
   Position next_position = 0;
+  // Set when an unfinished step's tokens could not be given back (a store before ABI 1.5): the
+  // sequence is part-written and cannot take part in a step again. why_broken says what failed.
+  bool broken = false;
+  std::string why_broken;
 };
+
+// Rethrows the exception in flight as an EvictionError carrying `report` (what the failed call had
+// evicted, which the caller must act on; an EvictionError in flight adds its own); as it is when
+// the report is empty, unless `always`.
+[[noreturn]] void rethrow_with(EvictionReport report, bool always = false);
 
 struct Cache::Impl {
   std::shared_ptr<const Registry> registry;
@@ -42,14 +52,17 @@ struct Cache::Impl {
     return it->second;
   }
 
-  // Asks the policy (`decide(state)` over the current CacheState) and carries out its plan.
+  // Asks the policy (`decide(state)` over the current CacheState) and carries out its plan,
+  // adding what it removed to `report`. Returns whether the plan removed anything.
   template <class Decide>
-  EvictionReport consult(Decide&& decide);
-  // Carries out a plan and reports exactly what it removed. If a step fails, what was already
-  // done is reported through EvictionError, never lost.
-  EvictionReport apply(const EvictionPlan& plan);
-  // Pages a reserve of these tokens needs beyond what is free or cached.
-  std::uint64_t shortfall(std::span<const SeqId> ids, std::span<const std::uint32_t> tokens);
+  bool consult(Decide&& decide, EvictionReport& report);
+  // Carries out a plan, adding exactly what it removed to `report` as it goes: whatever fails
+  // part way (an Error, std::bad_alloc), what was done is already in `report`.
+  void apply(const EvictionPlan& plan, EvictionReport& report);
+  // Pages a reserve of these tokens needs beyond what is free or cached; none when the pool had
+  // room for it (a failed reserve then ran out of something else).
+  std::optional<std::uint64_t> shortfall(std::span<const SeqId> ids,
+                                         std::span<const std::uint32_t> tokens);
   // What the mask lets each query see: the newest counts[i] tokens of ids[i] (one each when
   // counts is empty). Marks the sequences used in this step.
   struct Visible {
@@ -59,13 +72,37 @@ struct Cache::Impl {
     VisibleRanges view() const { return {ranges, counts, max_ranges}; }
   };
   Visible visible_for(std::span<const SeqId> ids, std::span<const std::uint32_t> counts);
-  // After each model step: the policy's proactive hook.
-  EvictionReport after_step();
+  // After each model step: the policy's proactive hook, its evictions added to `report`.
+  void after_step(EvictionReport& report);
   bool wants_scores() const { return policy && policy->wants_scores(); }
 
   // One layer's attention through the per-layer calls (planned for this call alone).
   void attend(std::uint32_t layer, std::span<const SeqId> ids,
               std::span<const std::uint32_t> counts, const DLTensor& q, DLTensor& out);
+  // The Cache's entry for a sequence the store has just made; if the entry cannot be made (out
+  // of memory), the store's sequence is released again, so the two never disagree.
+  SequenceInfo& track(SeqId id) {
+    try {
+      return sequences[id];
+    } catch (...) {
+      store->release(id);
+      throw;
+    }
+  }
+  // The sequence, refused for a step when an unfinished one left it part-written.
+  SequenceInfo& steppable(const char* call, SeqId id) {
+    SequenceInfo& s = info(id);
+    if (s.broken)
+      throw Error(Code::invalid_argument,
+                  std::string(call) + ": sequence " + std::to_string(id) +
+                      " holds part of a step that did not finish and could not be undone (" +
+                      s.why_broken + "); release it");
+    return s;
+  }
+  // Undoes a reserve of counts[i] tokens for ids[i] (a step that did not finish): the store gives
+  // the slots back and the positions are handed out again. A sequence whose store cannot is
+  // marked broken. Never throws.
+  void undo_reserve(std::span<const SeqId> ids, std::span<const std::uint32_t> counts) noexcept;
   // Room for counts[i] more tokens in batch[i], evicting per the policy; members of the batch
   // it preempts leave batch and counts. Throws CacheFull when it still does not fit.
   EvictionReport reserve(std::vector<SeqId>& batch, std::vector<std::uint32_t>& counts);

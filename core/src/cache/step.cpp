@@ -54,8 +54,9 @@ Step& Step::operator=(Step&& other) noexcept {
   return *this;
 }
 Step::~Step() {
-  if (state_ && !state_->finished) {
+  if (state_ && !state_->finished) {  // never finished: undone
     const std::lock_guard lock(state_->cache->mutex);
+    state_->cache->undo_reserve(state_->sequences, state_->new_tokens);
     state_->cache->close_step();
   }
 }
@@ -65,6 +66,7 @@ Step::State& live(const std::unique_ptr<Step::State>& state) {
   if (!state) throw Error(Code::invalid_argument, "this Step was moved from");
   return *state;
 }
+
 }  // namespace
 
 std::span<const SeqId> Step::sequences() const {
@@ -115,14 +117,15 @@ EvictionReport Step::finish() {
     throw Error(Code::invalid_argument,
                 "finish: layer " + std::to_string(missing - s.layers.begin()) + " of " +
                     std::to_string(s.layers.size()) + " has not been appended in this step");
+  EvictionReport report = s.report;  // copied before the step counts as done
   s.finished = true;
   s.cache->close_step();
-  EvictionReport report = s.report;
+  // From here the step stands: a failure of the policy's hook arrives as an EvictionError (so the
+  // caller can tell) that carries begin_step's evictions too.
   try {
-    report.merge(s.cache->after_step());
-  } catch (const EvictionError& partial) {
-    report.merge(partial.report());
-    throw EvictionError(partial.code(), partial.what(), std::move(report));
+    s.cache->after_step(report);
+  } catch (...) {
+    rethrow_with(std::move(report), true);
   }
   return report;
 }
@@ -137,7 +140,7 @@ Step Cache::begin_step(std::span<const SeqId> ids, std::span<const std::uint32_t
                                             " token counts");
   std::set<SeqId> seen;
   for (const SeqId id : ids) {
-    c.info(id);
+    c.steppable("begin_step", id);
     if (!seen.insert(id).second)
       throw Error(Code::invalid_argument,
                   "begin_step: sequence " + std::to_string(id) + " appears twice");
@@ -150,17 +153,22 @@ Step Cache::begin_step(std::span<const SeqId> ids, std::span<const std::uint32_t
   s->tokens = std::accumulate(s->new_tokens.begin(), s->new_tokens.end(), std::uint64_t{0});
   s->one_each = std::all_of(s->new_tokens.begin(), s->new_tokens.end(),
                             [](std::uint32_t n) { return n == 1; });
-  s->layers.assign(c.model.layers, Step::State::Layer::untouched);
-  const std::span<const std::uint32_t> counts = s->one_each
-                                                    ? std::span<const std::uint32_t>{}
-                                                    : std::span<const std::uint32_t>(s->new_tokens);
-  const Impl::Visible visible = c.visible_for(s->sequences, counts);
-  StepRequest request;
-  request.sequences = s->sequences;
-  request.query_counts = counts;
-  request.visible = visible.view();
-  request.accumulate_scores = c.wants_scores();
-  s->plan = c.attention->plan(*c.store, request);
+  try {
+    s->layers.assign(c.model.layers, Step::State::Layer::untouched);
+    const std::span<const std::uint32_t> counts =
+        s->one_each ? std::span<const std::uint32_t>{}
+                    : std::span<const std::uint32_t>(s->new_tokens);
+    const Impl::Visible visible = c.visible_for(s->sequences, counts);
+    StepRequest request;
+    request.sequences = s->sequences;
+    request.query_counts = counts;
+    request.visible = visible.view();
+    request.accumulate_scores = c.wants_scores();
+    s->plan = c.attention->plan(*c.store, request);
+  } catch (...) {  // the mask or the plan failed: the reserve is undone, its evictions reported
+    c.undo_reserve(s->sequences, s->new_tokens);
+    rethrow_with(std::move(s->report));
+  }
   c.open_step(s->sequences);
   return Step(std::move(s));
 }

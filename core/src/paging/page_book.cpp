@@ -119,13 +119,13 @@ StoreStats PageBook::stats(std::uint64_t page_bytes) const {
 }
 
 SeqId PageBook::create() {
-  const SeqId id = next_id_++;
-  Sequence& s = sequences_[id];
+  Sequence s;
   s.written.assign(spec_.model.layers, 0);
   const std::size_t rows = std::size_t{spec_.model.layers} * spec_.model.kv_heads;
   s.residual_k.assign(rows * k_group_ * spec_.model.head_dim, 0);
   s.residual_v.assign(rows * v_group_ * spec_.model.head_dim, 0);
-  return id;
+  sequences_.emplace(next_id_, std::move(s));
+  return next_id_++;
 }
 
 std::uint16_t* PageBook::residual_row(Sequence& s, std::uint32_t layer, std::uint32_t head,
@@ -150,9 +150,10 @@ SeqId PageBook::fork(SeqId parent_id) {
   if (!fully_written(parent))
     throw Error(Code::invalid_argument, "cannot fork sequence " + std::to_string(parent_id) +
                                             " while reserved slots are unwritten");
-  for (PageId p : parent.pages) pool_.retain(p);
-  const SeqId id = next_id_++;
+  const SeqId id = next_id_;
   sequences_.emplace(id, parent);  // references into an unordered_map survive a rehash
+  ++next_id_;
+  for (PageId p : parent.pages) pool_.retain(p);
   return id;
 }
 
@@ -180,6 +181,12 @@ void PageBook::reserve(std::span<const SeqId> ids, std::span<const std::uint32_t
                 "reserve needs " + pages_text(needed) + ", " + std::to_string(available) +
                     " available (" + std::to_string(pool_.free_count()) + " free, " +
                     std::to_string(pool_.cached_count()) + " cached); nothing was reserved");
+  // All the memory the books need, before anything changes: a failure leaves nothing half done.
+  for (const auto& [id, n] : growth) {
+    Sequence& s = sequences_.at(id);
+    s.pages.reserve((s.length + n + page_size - 1) / page_size);
+    s.scores.reserve(s.length + n);
+  }
   for (const auto& [id, n] : growth) {
     Sequence& s = sequences_.at(id);
     ++s.shape;
@@ -220,6 +227,42 @@ std::vector<PageBook::Sequence*> PageBook::check_append(std::uint32_t layer,
   return seqs;
 }
 
+void PageBook::unreserve(SeqId id, std::uint64_t tokens) {
+  Sequence& s = find(id);
+  if (tokens > s.length)
+    throw Error(Code::invalid_argument, "cannot give back " + std::to_string(tokens) +
+                                            " slots of sequence " + std::to_string(id) +
+                                            ", which holds " + std::to_string(s.length));
+  if (tokens == 0) return;
+  const std::uint32_t page_size = spec_.page_size;
+  const std::uint64_t new_length = s.length - tokens;
+  for (std::size_t i = new_length / page_size; i < s.pages.size(); ++i)
+    if (pool_.refs(s.pages[i]) > 1 || prefix_.published(s.pages[i]))
+      throw Error(Code::invalid_argument,
+                  "cannot give back slots of sequence " + std::to_string(id) +
+                      ": they lie in a page that is shared or published as a prefix");
+  for (std::uint32_t layer = 0; layer < spec_.model.layers; ++layer)
+    for (const bool value : {false, true})
+      if (token_group(value) != 0 && held_from(s, layer, value) > new_length)
+        throw Error(Code::unsupported,
+                    "cannot give back slots of sequence " + std::to_string(id) + ": " +
+                        (value ? spec_.v_format : spec_.k_format) +
+                        " has already encoded the group of tokens they belong to");
+  ++s.shape;
+  s.next_position = positions_of(s.pages[new_length / page_size])[new_length % page_size];
+  const std::uint64_t new_pages = (new_length + page_size - 1) / page_size;
+  for (std::size_t i = new_pages; i < s.pages.size(); ++i) release_page(s.pages[i]);
+  s.pages.resize(new_pages);
+  if (new_pages > 0 && new_length % page_size != 0) {
+    const PageId last = s.pages.back();
+    fill_[last] = static_cast<std::uint32_t>(new_length % page_size);
+    if (spec_.poison_unused) poison(last, fill_[last]);
+  }
+  s.length = new_length;
+  for (std::uint64_t& w : s.written) w = std::min(w, new_length);
+  s.scores.resize(new_length);
+}
+
 std::uint64_t PageBook::drop(SeqId id, std::span<const PositionRange> ranges) {
   Sequence& s = find(id);
   ++s.shape;
@@ -254,6 +297,13 @@ std::uint64_t PageBook::drop(SeqId id, std::span<const PositionRange> ranges) {
     throw Error(Code::out_of_memory, "drop needs " + pages_text(copies) +
                                          " to copy shared pages, " + std::to_string(available) +
                                          " available; nothing was dropped");
+  // The memory this needs, before anything changes.
+  std::vector<SlotMove> moves;
+  moves.reserve(kept.size());
+  std::vector<float> scores(s.scores.begin(),
+                            s.scores.begin() + static_cast<std::ptrdiff_t>(first));
+  scores.reserve(new_length);
+  for (std::uint64_t from : kept) scores.push_back(s.scores[from]);
   for (std::size_t i = first / page_size; i < new_pages; ++i) {
     if (pool_.refs(s.pages[i]) > 1) {
       make_private(s, i);
@@ -261,8 +311,6 @@ std::uint64_t PageBook::drop(SeqId id, std::span<const PositionRange> ranges) {
       prefix_.forget(s.pages[i]);  // its contents change: it no longer matches its hash
     }
   }
-  std::vector<SlotMove> moves;
-  moves.reserve(kept.size());
   std::uint64_t to = first;
   for (std::uint64_t from : kept) {
     const SlotMove m{s.pages[from / page_size], static_cast<std::uint32_t>(from % page_size),
@@ -279,9 +327,6 @@ std::uint64_t PageBook::drop(SeqId id, std::span<const PositionRange> ranges) {
     fill_[last] = static_cast<std::uint32_t>(new_length - (new_pages - 1) * page_size);
     if (spec_.poison_unused) poison(last, fill_[last]);
   }
-  std::vector<float> scores(s.scores.begin(),
-                            s.scores.begin() + static_cast<std::ptrdiff_t>(first));
-  for (std::uint64_t from : kept) scores.push_back(s.scores[from]);
   s.scores = std::move(scores);
   const std::uint64_t removed = s.length - new_length;
   s.length = new_length;
@@ -308,6 +353,7 @@ void PageBook::publish_prefix(SeqId id, std::span<const std::int32_t> token_ids)
   const std::uint32_t page_size = spec_.page_size;
   const std::uint64_t written_all = *std::min_element(s.written.begin(), s.written.end());
   const std::uint64_t full = std::min(written_all, std::uint64_t{token_ids.size()}) / page_size;
+  s.chain.reserve(full);  // before the index learns of a page, so that the two agree
   for (std::uint64_t i = s.chain.size(); i < full; ++i) {
     const auto tokens = token_ids.subspan(i * page_size, page_size);
     const std::uint64_t parent = i == 0 ? 0 : s.chain[i - 1];
@@ -326,6 +372,11 @@ std::uint64_t PageBook::match_prefix(SeqId id, std::span<const std::int32_t> tok
                                             std::to_string(s.length) + " tokens");
   if (!spec_.prefix_caching) return 0;
   const std::uint32_t page_size = spec_.page_size;
+  // The memory the books need first: a page retained is always recorded.
+  const std::size_t most = token_ids.size() / page_size;
+  s.pages.reserve(most);
+  s.chain.reserve(most);
+  s.scores.reserve(most * page_size);
   std::uint64_t parent = 0;
   for (std::uint64_t i = 0; (i + 1) * page_size <= token_ids.size(); ++i) {
     const auto tokens = token_ids.subspan(i * page_size, page_size);

@@ -42,6 +42,11 @@ void PagedStoreBase::reserve(std::span<const SeqId> ids, std::span<const std::ui
   book_.reserve(ids, tokens);
 }
 
+void PagedStoreBase::unreserve(SeqId id, std::uint64_t tokens) {
+  std::unique_lock lock(mutex_);
+  book_.unreserve(id, tokens);
+}
+
 std::uint64_t PagedStoreBase::drop(SeqId id, std::span<const PositionRange> ranges) {
   std::unique_lock lock(mutex_);
   return book_.drop(id, ranges);

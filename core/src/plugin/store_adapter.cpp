@@ -103,6 +103,12 @@ class HostStore final : public CacheStore {
       capacity = needed;
     }
   }
+  void unreserve(SeqId id, std::uint64_t tokens) override {
+    if (!s_->has(&kvc_store_table::unreserve))
+      throw Error(Code::unsupported,
+                  s_->who() + ": the store predates ABI 1.5 and cannot give back reserved slots");
+    s_->call(&kvc_store_table::unreserve, id, uint64_t{tokens});
+  }
   void gather(std::uint32_t layer, SeqId id, DLTensor& k, DLTensor& v) const override {
     s_->call(&kvc_store_table::gather, layer, id, &k, &v);
   }

@@ -78,6 +78,11 @@ class PageBook {
   // `counts[i]` reserved unwritten slots in `layer`. The caller advances `written` when done.
   std::vector<Sequence*> check_append(std::uint32_t layer, std::span<const SeqId> ids,
                                       std::span<const std::uint32_t> counts);
+  // Gives back the newest `tokens` reserved slots of `id`, written or not, as if they had never
+  // been reserved (a step that did not finish): pages past the new length return to the pool and
+  // the positions are handed out again. All or nothing: refused when a slot given back lies in a
+  // shared or published page, or, for a format that groups tokens, in a group already encoded.
+  void unreserve(SeqId id, std::uint64_t tokens);
   // Error(unsupported) for a format that groups tokens: its scales span a group.
   std::uint64_t drop(SeqId id, std::span<const PositionRange> ranges);
   std::vector<Position> positions(SeqId id) const;

@@ -74,6 +74,9 @@ struct StoreThunks {
                       std::span<const std::uint32_t>(counts, n), *k, *v);
     });
   }
+  static int32_t unreserve(void* s, uint64_t id, uint64_t tokens, kvc_error* err) noexcept {
+    return guard(err, [&] { store(s).unreserve(id, tokens); });
+  }
   static int32_t drop(void* s, uint64_t id, const kvc_range* ranges, uint64_t n, uint64_t* dropped,
                       kvc_error* err) noexcept {
     return guard(err, [&] {
@@ -162,7 +165,8 @@ struct StoreThunks {
                                          &gather,
                                          &read_tile,
                                          &scores,
-                                         &format};
+                                         &format,
+                                         &unreserve};
 };
 
 }  // namespace kvcache::sdk::detail
