@@ -3,8 +3,11 @@
 #include <cstddef>
 #include <cstdio>
 #include <exception>
+#include <map>
 #include <new>
 #include <optional>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "plugin/adapters.hpp"
@@ -57,6 +60,36 @@ struct Exchange {
   }
 };
 
+// A plan that names a sequence the state does not hold, a sequence twice, or positions outside
+// [0, next_position) of its sequence is the policy's bug: refused whole, before anything is done.
+void check_plan(const EvictionPlan& plan, const CacheState& state, const std::string& who) {
+  std::map<SeqId, const SequenceState*> held;
+  for (const SequenceState& s : state.sequences) held[s.id] = &s;
+  const auto refuse = [&](const std::string& what) {
+    throw Error(Code::internal,
+                who + ": eviction plan refused whole (nothing was evicted): " + what);
+  };
+  std::set<SeqId> preempted;
+  for (const SeqId id : plan.preempt) {
+    if (!held.contains(id))
+      refuse("it preempts sequence " + std::to_string(id) + ", which the cache does not hold");
+    if (!preempted.insert(id).second)
+      refuse("it preempts sequence " + std::to_string(id) + " twice");
+  }
+  for (const DroppedRange& d : plan.drop) {
+    const auto it = held.find(d.sequence);
+    if (it == held.end())
+      refuse("it drops from sequence " + std::to_string(d.sequence) +
+             ", which the cache does not hold");
+    if (d.range.begin < 0 || d.range.begin >= d.range.end ||
+        d.range.end > it->second->next_position)
+      refuse("it drops positions [" + std::to_string(d.range.begin) + ", " +
+             std::to_string(d.range.end) + ") of sequence " + std::to_string(d.sequence) +
+             ", which holds positions below " + std::to_string(it->second->next_position) +
+             " only");
+  }
+}
+
 class HostEviction final : public EvictionPolicy {
  public:
   explicit HostEviction(std::unique_ptr<PluginInstance<kvc_eviction_table>> instance)
@@ -71,17 +104,21 @@ class HostEviction final : public EvictionPolicy {
   std::optional<bool> drops_tokens() const override { return drops_tokens_; }
 
   EvictionPlan after_step(const CacheState& state) override {
-    return decide(state, [&](const kvc_cache_state* c, kvc_plan_builder* b) {
-      instance_->call(&kvc_eviction_table::after_step, c, b);
-    });
+    return checked(state, decide(state, [&](const kvc_cache_state* c, kvc_plan_builder* b) {
+                     instance_->call(&kvc_eviction_table::after_step, c, b);
+                   }));
   }
   EvictionPlan on_pressure(const CacheState& state, std::uint64_t pages_needed) override {
-    return decide(state, [&](const kvc_cache_state* c, kvc_plan_builder* b) {
-      instance_->call(&kvc_eviction_table::on_pressure, c, pages_needed, b);
-    });
+    return checked(state, decide(state, [&](const kvc_cache_state* c, kvc_plan_builder* b) {
+                     instance_->call(&kvc_eviction_table::on_pressure, c, pages_needed, b);
+                   }));
   }
 
  private:
+  EvictionPlan checked(const CacheState& state, EvictionPlan plan) const {
+    check_plan(plan, state, instance_->who());
+    return plan;
+  }
   template <class Call>
   static EvictionPlan decide(const CacheState& state, Call&& call) {
     std::vector<kvc_sequence_state> sequences;

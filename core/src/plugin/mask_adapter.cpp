@@ -1,5 +1,7 @@
 #include "kvcache/mask.hpp"
 
+#include <string>
+
 #include "plugin/adapters.hpp"
 
 namespace kvcache::plugin {
@@ -27,9 +29,34 @@ class HostMask final : public AttentionMask {
       throw Error(Code::invalid_argument, instance_->who() + ": output spans too small");
     instance_->call(&kvc_mask_table::visible, queries.data(), uint64_t{queries.size()},
                     reinterpret_cast<kvc_range*>(ranges.data()), counts.data());
+    check(queries, ranges, counts);
   }
 
  private:
+  // What attention relies on: at most max_ranges ranges per query, each of positions >= 0,
+  // ascending and apart. An answer that breaks it is the mask's bug, refused with its name.
+  void check(std::span<const Position> queries, std::span<const PositionRange> ranges,
+             std::span<const std::uint32_t> counts) const {
+    const std::uint32_t max = description_.max_ranges;
+    for (std::size_t i = 0; i < queries.size(); ++i) {
+      const auto refuse = [&](const std::string& what) {
+        throw Error(Code::internal, instance_->who() + ": for the query at position " +
+                                        std::to_string(queries[i]) + ", " + what);
+      };
+      if (counts[i] > max)
+        refuse("answered " + std::to_string(counts[i]) + " ranges, more than its " +
+               std::to_string(max));
+      Position end = 0;
+      for (std::uint32_t j = 0; j < counts[i]; ++j) {
+        const PositionRange r = ranges[i * max + j];
+        if (r.begin < end || r.end < r.begin)
+          refuse("range [" + std::to_string(r.begin) + ", " + std::to_string(r.end) +
+                 ") is reversed, starts below 0 or overlaps the range before it");
+        end = r.end;
+      }
+    }
+  }
+
   std::unique_ptr<PluginInstance<kvc_mask_table>> instance_;
   MaskDescription description_;
 };
