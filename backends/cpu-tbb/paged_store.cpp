@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #endif
 
+#include "host_memory.hpp"
 #include "input_rows.hpp"
 #include "kvcache/numeric.hpp"
 
@@ -37,7 +38,7 @@ std::byte* allocate_pool(std::size_t bytes) {
 }  // namespace
 
 PagedStore::PagedStore(const StoreSpec& spec)
-    : PagedStoreBase(spec),
+    : PagedStoreBase(fits_host_memory(spec)),
       page_size_(spec.page_size),
       k_codec_(format(false), spec.model.head_dim, spec.page_size),
       v_codec_(format(true), spec.model.head_dim, spec.page_size),
@@ -48,7 +49,8 @@ PagedStore::PagedStore(const StoreSpec& spec)
   const std::size_t total = layer_stride_ * spec.model.layers;
   memory_.reset(allocate_pool(total));
   if (!memory_)
-    throw Error(Code::out_of_memory, "cannot allocate " + std::to_string(total) + " bytes");
+    throw Error(Code::out_of_memory,
+                "cannot allocate the pool of " + std::to_string(total) + " bytes");
   // Touch every page now, in parallel: the pools are committed at creation, so no append ever
   // pays for a page fault (and each page lands on the NUMA node of a worker).
   const int fill = spec.poison_unused ? 0xFF : 0;
