@@ -46,6 +46,15 @@ const Registry& registry() {
 
 std::vector<std::string> backend_names() {
   if (!setup().backend.empty()) return {setup().backend};
+  std::vector<std::string> names = found_backends();
+  std::erase_if(names, [](const std::string& name) {
+    return !registry().find(ComponentKind::backend, name)->available;
+  });
+  return names;
+}
+
+std::vector<std::string> found_backends() {
+  if (!setup().backend.empty()) return {setup().backend};
   return registry().names(ComponentKind::backend);
 }
 

@@ -27,8 +27,11 @@ void configure(Setup setup);
 const Setup& setup();
 const Registry& registry();
 
-// The backends the cases run on: the chosen one, or every backend the registry found.
+// The backends the cases run on: the chosen one, or every backend the registry found that is
+// available here. One that is not (a GPU backend without a device) gets one case that skips
+// with its reason, not a skipped copy of every case: found_backends() lists them all.
 std::vector<std::string> backend_names();
+std::vector<std::string> found_backends();
 const std::vector<std::string>& extra_formats();
 // Whether a case storing K and V in these formats is wanted (Setup::format).
 bool wanted(const std::string& k_format, const std::string& v_format);

@@ -334,6 +334,50 @@ TEST_P(StoreConformance, ReserveIsAllOrNothing) {
   check_invariants(*store, shadows);
 }
 
+// A reserve given back (how the Cache undoes a step that did not finish): the newest slots go,
+// written or not, pages past the new length return to the pool, the next reserve hands out the
+// same positions again, and what came before is untouched. A format that groups tokens refuses,
+// changing nothing, to give back slots of a group it has already encoded.
+TEST_P(StoreConformance, UnreserveGivesBackTheNewestSlots) {
+  KVCACHE_OPEN_STORE_OR_SKIP(store, GetParam().backend, spec(8));
+  const std::uint32_t p = GetParam().page_size;
+  std::map<SeqId, Shadow> shadows;
+  const SeqId a = store->create_sequence();
+  step(*store, shadows, {a}, {p + 1});
+  const StoreStats before = store->stats();
+  const std::vector<SeqId> ids{a};
+  const std::vector<std::uint32_t> more{2 * p};
+  store->reserve(ids, more);  // nothing written: given back whole
+  store->unreserve(a, 2 * p);
+  EXPECT_EQ(store->length(a), p + 1);
+  EXPECT_EQ(store->stats().free_pages, before.free_pages);
+  // Written on the first layer only, as by a step that failed on the second.
+  store->reserve(ids, more);
+  std::vector<float> rows(std::size_t{2} * p * kHeads * kDim, 0.5f);
+  std::int64_t shape[3] = {2 * p, kHeads, kDim};
+  const DLTensor t = host_tensor(rows.data(), shape);
+  store->append(0, ids, more, t, t);
+  if (groups_tokens()) {
+    try {
+      store->unreserve(a, 2 * p);
+      FAIL() << "a group was encoded from slots given back";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Code::unsupported);
+      EXPECT_THAT(e.what(), HasSubstr("has already encoded the group of tokens"));
+    }
+    EXPECT_EQ(store->length(a), 3 * p + 1) << "nothing changed";
+    return;
+  }
+  store->unreserve(a, 2 * p);
+  EXPECT_EQ(store->written(a, 0), p + 1);
+  EXPECT_EQ(store->stats().free_pages, before.free_pages);
+  check_contents(*store, a, shadows[a]);
+  step(*store, shadows, {a}, {2 * p});  // the same positions again
+  check_contents(*store, a, shadows[a]);
+  check_invariants(*store, shadows);
+  EXPECT_THROW(store->unreserve(a, 4 * p), Error) << "more than the sequence holds";
+}
+
 TEST_P(StoreConformance, ForkSharesPagesAndCopiesOnWrite) {
   KVCACHE_OPEN_STORE_OR_SKIP(store, GetParam().backend, spec(16));
   const std::uint32_t p = GetParam().page_size;
@@ -570,6 +614,29 @@ TEST_P(StoreConformance, RandomizedWorkloadKeepsInvariantsAndLeaksNothing) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, StoreConformance, ::testing::ValuesIn(store_cases()), case_name);
+
+// Every backend found runs here or says why not (once, instead of skipping each case above): an
+// available one lists a device and makes a store.
+class BackendAvailability : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BackendAvailability, RunsHereOrSaysWhyNot) {
+  const ComponentInfo* info = registry().find(ComponentKind::backend, GetParam());
+  if (info == nullptr) GTEST_SKIP() << "backend " << GetParam() << " is not installed";
+  if (!info->available)
+    GTEST_SKIP() << GetParam() << " cannot run here: " << info->unavailable_reason;
+  const auto backend = registry().create_backend(GetParam());
+  EXPECT_FALSE(backend->devices().empty());
+  StoreSpec spec;
+  spec.model = {1, 2, 1, 64};
+  spec.capacity_bytes = 1 << 20;
+  EXPECT_GT(backend->create_store(with_codecs(spec))->info().total_pages, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, BackendAvailability, ::testing::ValuesIn(found_backends()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return test_name(info.param);
+                         });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(BackendAvailability);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(StoreConformance);
 
 }  // namespace
