@@ -56,7 +56,7 @@ std::unique_ptr<PluginInstance<Table>> create_instance(std::shared_ptr<const Plu
   void* handle = nullptr;
   host_call(who, [&](kvc_error* err) { return table->create(options_json.c_str(), &handle, err); });
   if (handle == nullptr) throw Error(Code::internal, who + ": create returned no object");
-  return std::make_unique<PluginInstance<Table>>(std::move(library), table, handle, who);
+  return adopt(std::move(library), table, handle, who);
 }
 
 }  // namespace kvcache::plugin

@@ -53,7 +53,12 @@ class HostAttention final : public Attention {
     void* handle = nullptr;
     a_->call(&kvc_attention_table::plan, store_handle(store, *a_->library()), &args, &handle);
     if (handle == nullptr) throw Error(Code::internal, a_->who() + ": plan made no plan");
-    return std::make_unique<HostPlan>(*a_, handle);
+    try {
+      return std::make_unique<HostPlan>(*a_, handle);
+    } catch (...) {  // out of memory: the plugin's plan is given back, not leaked
+      a_->table().destroy_plan(a_->handle(), handle);
+      throw;
+    }
   }
 
   void run(CacheStore& store, const StepPlan& plan, std::uint32_t layer, const DLTensor& q,
@@ -109,8 +114,7 @@ class HostAttention final : public Attention {
 std::unique_ptr<Attention> make_attention(std::shared_ptr<const PluginLibrary> library,
                                           const kvc_attention_table* table, void* attention,
                                           const std::string& who) {
-  return std::make_unique<HostAttention>(std::make_unique<PluginInstance<kvc_attention_table>>(
-      std::move(library), table, attention, who));
+  return std::make_unique<HostAttention>(adopt(std::move(library), table, attention, who));
 }
 
 }  // namespace kvcache::plugin

@@ -62,4 +62,18 @@ class PluginInstance {
   std::string who_;
 };
 
+// Takes ownership of an object a plugin made: its PluginInstance, or, when even that cannot be
+// made (out of memory), the object destroyed again by its own table, so that it never leaks.
+template <class Table>
+std::unique_ptr<PluginInstance<Table>> adopt(std::shared_ptr<const PluginLibrary> library,
+                                             const Table* table, void* handle,
+                                             const std::string& who) {
+  try {
+    return std::make_unique<PluginInstance<Table>>(std::move(library), table, handle, who);
+  } catch (...) {
+    table->destroy(handle);
+    throw;
+  }
+}
+
 }  // namespace kvcache::plugin

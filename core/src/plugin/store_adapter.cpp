@@ -163,9 +163,8 @@ std::unique_ptr<CacheStore> make_store(std::shared_ptr<const PluginLibrary> libr
                                        const kvc_store_table* table, void* store,
                                        const std::string& who,
                                        std::vector<std::shared_ptr<const Quantizer>> codecs) {
-  return std::make_unique<HostStore>(
-      std::make_unique<PluginInstance<kvc_store_table>>(std::move(library), table, store, who),
-      std::move(codecs));
+  return std::make_unique<HostStore>(adopt(std::move(library), table, store, who),
+                                     std::move(codecs));
 }
 
 }  // namespace kvcache::plugin
