@@ -5,7 +5,7 @@
 
 #include "fuzz_input.hpp"
 #include "kvcache/status.hpp"
-#include "serving_simulation.hpp"
+#include "request_trace.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace kvcache;

@@ -21,7 +21,6 @@
 namespace kvcache::tool {
 namespace {
 
-constexpr std::uint32_t kSharedPrefix = 64;  // tokens of a prefix_id's shared prompt
 
 using Clock = std::chrono::steady_clock;
 
@@ -446,49 +445,6 @@ std::vector<Request> synthetic_requests(const SimulationOptions& o) {
     }
     requests.push_back(r);
   }
-  return requests;
-}
-
-std::vector<Request> read_trace(const std::string& file) {
-  std::ifstream in(file);
-  if (!in) throw Error(Code::not_found, "cannot read trace '" + file + "'");
-  std::vector<Request> requests;
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = file + ":" + std::to_string(number) + ": ";
-    try {
-      const nlohmann::json j = nlohmann::json::parse(line);
-      for (const char* key : {"arrival", "prompt_tokens", "output_tokens"})
-        if (!j.contains(key))
-          throw Error(Code::invalid_argument, where + "missing key '" + key + "'");
-      Request r;
-      // Token counts must be whole numbers in 1..2^24; nothing is silently rounded or wrapped.
-      const auto count = [&](const char* key) {
-        const nlohmann::json& v = j.at(key);
-        if (!v.is_number_unsigned() || v.get<std::uint64_t>() == 0 ||
-            v.get<std::uint64_t>() > (1u << 24))
-          throw Error(Code::invalid_argument, where + "'" + key +
-                                                  "' must be a whole number in 1.." +
-                                                  std::to_string(1u << 24) + ", got " + v.dump());
-        return v.get<std::uint32_t>();
-      };
-      if (!j.at("arrival").is_number() || j.at("arrival").get<double>() < 0)
-        throw Error(Code::invalid_argument, where + "'arrival' must be a number of seconds >= 0");
-      r.arrival = j.at("arrival").get<double>();
-      r.prompt_tokens = count("prompt_tokens");
-      r.output_tokens = count("output_tokens");
-      if (j.contains("prefix_id")) r.prefix_id = j.at("prefix_id").get<std::int64_t>();
-      if (r.prefix_id && r.prompt_tokens <= kSharedPrefix) r.prefix_id.reset();
-      requests.push_back(r);
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(
-          Code::invalid_argument,
-          where + "expected a JSON object with arrival, prompt_tokens, output_tokens: " + e.what());
-    }
-  }
-  std::stable_sort(requests.begin(), requests.end(),
-                   [](const Request& a, const Request& b) { return a.arrival < b.arrival; });
   return requests;
 }
 

@@ -14,15 +14,9 @@
 
 #include "kvcache/config.hpp"
 #include "kvcache/registry.hpp"
+#include "request_trace.hpp"
 
 namespace kvcache::tool {
-
-struct Request {
-  double arrival = 0.0;  // seconds
-  std::uint32_t prompt_tokens = 0;
-  std::uint32_t output_tokens = 0;
-  std::optional<std::int64_t> prefix_id;  // requests with one id share a 64-token prompt prefix
-};
 
 struct SimulationOptions {
   std::uint32_t requests = 48;
@@ -36,9 +30,6 @@ struct SimulationOptions {
   bool progress = false;
 };
 
-// Reads a JSONL trace: one object per line with arrival, prompt_tokens, output_tokens and an
-// optional prefix_id. Errors name the file and line.
-std::vector<Request> read_trace(const std::string& file);
 std::vector<Request> synthetic_requests(const SimulationOptions& options);
 
 // Runs the simulation; returns the report (keys listed in the README).
