@@ -1,6 +1,7 @@
 // A model-shaped workload driven through the Cache facade: prefill, then decode steps of
 // begin_step -> append and attention on every layer -> finish, with every eviction
-// report collected and applied to a shadow of what each sequence should still hold.
+// report collected and applied to a shadow of what each sequence should still hold. A step that
+// fails is dropped (undone) and its error rethrown, after noting what it evicted.
 #pragma once
 
 #include <cmath>
@@ -29,26 +30,12 @@ class Workload {
   // attention over them (prefill when count > 1). Sequences preempted by the step's reserve leave
   // it (Step::sequences()).
   void step(std::vector<SeqId> ids, std::uint32_t count) {
-    const std::vector<std::uint32_t> counts(ids.size(), count);
-    Step s = cache_.begin_step(ids, counts);
-    const ModelShape& m = cache_.model();
-    for (SeqId id : s.sequences())
-      for (std::uint32_t t = 0; t < count; ++t) shadow_[id].insert(next_[id]++);
-    const auto rows = static_cast<std::int64_t>(s.tokens());
-    std::vector<float> k(rows * m.kv_heads * m.head_dim), v(k.size());
-    std::vector<float> q(rows * m.q_heads * m.head_dim), out(q.size());
-    for (std::uint32_t layer = 0; rows > 0 && layer < m.layers; ++layer) {
-      for (float& x : k) x = normal_(rng_);
-      for (float& x : v) x = normal_(rng_);
-      for (float& x : q) x = normal_(rng_);
-      s.append(layer, Tensor::host(k.data(), {rows, m.kv_heads, m.head_dim}),
-               Tensor::host(v.data(), {rows, m.kv_heads, m.head_dim}));
-      Tensor o = Tensor::host(out.data(), {rows, m.q_heads, m.head_dim});
-      const Tensor qt = Tensor::host(q.data(), {rows, m.q_heads, m.head_dim});
-      count == 1 ? s.decode(layer, qt, o) : s.prefill(layer, qt, o);
-      for (float x : out) ASSERT_TRUE(std::isfinite(x));
+    try {
+      run_step(ids, count);
+    } catch (const EvictionError& e) {  // what begin_step or finish evicted before failing
+      note(e.report());
+      throw;
     }
-    note(s.finish());  // begin_step's evictions and the policy's hook
   }
 
   // Every live sequence holds exactly what the shadow says: nothing left unreported.
@@ -67,8 +54,48 @@ class Workload {
     for (const auto& [id, p] : shadow_) ids.push_back(id);
     return ids;
   }
+  const std::set<Position>& held(SeqId id) const { return shadow_.at(id); }
 
  private:
+  void run_step(const std::vector<SeqId>& ids, std::uint32_t count) {
+    const std::vector<std::uint32_t> counts(ids.size(), count);
+    Step s = cache_.begin_step(ids, counts);
+    const ModelShape& m = cache_.model();
+    const std::vector<SeqId> members(s.sequences().begin(), s.sequences().end());
+    // The step's tokens, held once it finishes (even if the policy's hook then fails).
+    const auto commit = [&] {
+      for (SeqId id : members)
+        for (std::uint32_t t = 0; t < count; ++t) shadow_[id].insert(next_[id]++);
+    };
+    const auto rows = static_cast<std::int64_t>(s.tokens());
+    std::vector<float> k(rows * m.kv_heads * m.head_dim), v(k.size());
+    std::vector<float> q(rows * m.q_heads * m.head_dim), out(q.size());
+    try {
+      for (std::uint32_t layer = 0; rows > 0 && layer < m.layers; ++layer) {
+        for (float& x : k) x = normal_(rng_);
+        for (float& x : v) x = normal_(rng_);
+        for (float& x : q) x = normal_(rng_);
+        s.append(layer, Tensor::host(k.data(), {rows, m.kv_heads, m.head_dim}),
+                 Tensor::host(v.data(), {rows, m.kv_heads, m.head_dim}));
+        Tensor o = Tensor::host(out.data(), {rows, m.q_heads, m.head_dim});
+        const Tensor qt = Tensor::host(q.data(), {rows, m.q_heads, m.head_dim});
+        count == 1 ? s.decode(layer, qt, o) : s.prefill(layer, qt, o);
+        for (float x : out) ASSERT_TRUE(std::isfinite(x));
+      }
+    } catch (...) {  // the step is dropped, so undone; what begin_step evicted stays gone
+      note(s.report());
+      throw;
+    }
+    EvictionReport report;
+    try {
+      report = s.finish();  // begin_step's evictions and the policy's hook
+    } catch (const EvictionError&) {
+      commit();
+      throw;
+    }
+    commit();
+    note(report);
+  }
   void note(const EvictionReport& r) {
     for (SeqId id : r.preempted) {
       ASSERT_TRUE(shadow_.contains(id)) << "preempted twice or unknown: " << id;

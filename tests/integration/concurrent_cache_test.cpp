@@ -21,9 +21,8 @@
 
 #include <gtest/gtest.h>
 
+#include "cache_checks.hpp"
 #include "kvcache/cache.hpp"
-#include "kvcache/host_tensor.hpp"
-#include "kvcache/reference_attention.hpp"
 
 namespace kvcache {
 namespace {
@@ -155,33 +154,6 @@ class Worker {
   std::size_t steps_ = 0;
 };
 
-// Attention of each layer at the sequence's newest token equals the reference over its K/V.
-void expect_attention_equals_the_reference(Cache& cache, SeqId id, std::mt19937& rng) {
-  const ModelShape& m = cache.model();
-  const std::vector<Position> positions = cache.store().positions(id);
-  if (positions.empty()) return;
-  const auto n = static_cast<std::int64_t>(positions.size());
-  std::normal_distribution<float> normal;
-  for (std::uint32_t layer = 0; layer < m.layers; ++layer) {
-    std::vector<float> k(n * m.kv_heads * m.head_dim), v(k.size());
-    Tensor kt = Tensor::host(k.data(), {n, m.kv_heads, m.head_dim});
-    Tensor vt = Tensor::host(v.data(), {n, m.kv_heads, m.head_dim});
-    cache.store().gather(layer, id, kt, vt);
-    std::vector<float> q(m.q_heads * m.head_dim), out(q.size()), want(q.size());
-    for (float& x : q) x = normal(rng);
-    Tensor o = Tensor::host(out.data(), {1, m.q_heads, m.head_dim});
-    cache.decode(layer, std::vector<SeqId>{id}, Tensor::host(q.data(), {1, m.q_heads, m.head_dim}),
-                 o);
-    const PositionRange causal{0, positions.back() + 1};
-    reference::attention({m.q_heads, m.kv_heads, m.head_dim}, q, k, v, positions,
-                         std::span<const PositionRange>(&causal, 1),
-                         1.0f / std::sqrt(static_cast<float>(m.head_dim)), want);
-    for (std::size_t i = 0; i < out.size(); ++i)
-      ASSERT_NEAR(out[i], want[i], 1e-3 + 1e-3 * std::fabs(want[i]))
-          << "sequence " << id << " layer " << layer << " element " << i;
-  }
-}
-
 TEST(ConcurrentCache, ManyThreadsStepForkReleaseAndShareAPrefixWhileEvictionRuns) {
   // 2 layers x 2 KV heads x 32 dims of fp16 K and V: 512 bytes a token; 96 KiB holds about 190
   // tokens, so the threads' sequences keep the oldest-first policy busy.
@@ -232,13 +204,11 @@ TEST(ConcurrentCache, ManyThreadsStepForkReleaseAndShareAPrefixWhileEvictionRuns
   // Page counts equal a recount: pages referenced by the survivors' page tables are the used
   // ones (shared pages once).
   const std::vector<SeqId> ids(survivors.begin(), survivors.end());
-  const PageTable table = cache->store().page_table(ids);
-  const std::set<std::int32_t> referenced(table.indices.begin(), table.indices.end());
-  EXPECT_EQ(cache->stats().used_pages, referenced.size());
+  testing::expect_pages_add_up(*cache);
 
   std::mt19937 rng(5);
   for (const SeqId id : ids) {
-    expect_attention_equals_the_reference(*cache, id, rng);
+    testing::expect_attention_equals_the_reference(*cache, id, rng);
     if (HasFatalFailure()) return;
   }
   for (const SeqId id : ids) cache->release(id);

@@ -13,10 +13,13 @@ if ! "${pip[@]}" -r "$repo/tools/python-requirements.txt"; then
   echo "skipped: PyPI unreachable, the build requirements could not be installed"
   exit 0
 fi
-# The main build's flags, so that ccache serves most objects.
+# The main build's flags, so that ccache serves most objects. The GPU backends are left out: the
+# main build compiles them, and packaging installs them by the same rule as cpu-tbb.
 "${pip[@]}" --no-build-isolation "$repo" \
   --config-settings=build-dir="$scratch/build" \
-  --config-settings=cmake.define.KVCACHE_WARNINGS_AS_ERRORS=ON
+  --config-settings=cmake.define.KVCACHE_WARNINGS_AS_ERRORS=ON \
+  --config-settings=cmake.define.KVCACHE_WITH_CUDA=OFF \
+  --config-settings=cmake.define.KVCACHE_WITH_HIP=OFF
 cd "$scratch"
 "$scratch/venv/bin/python" - <<'PY'
 import pathlib
