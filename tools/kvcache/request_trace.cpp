@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -38,7 +39,17 @@ std::vector<Request> read_trace(const std::string& file) {
       r.arrival = j.at("arrival").get<double>();
       r.prompt_tokens = count("prompt_tokens");
       r.output_tokens = count("output_tokens");
-      if (j.contains("prefix_id")) r.prefix_id = j.at("prefix_id").get<std::int64_t>();
+      if (j.contains("prefix_id")) {
+        // A whole number that fits int64 (a larger one arrives from the parser as a float).
+        const nlohmann::json& v = j.at("prefix_id");
+        if (!v.is_number_integer() ||
+            (v.is_number_unsigned() &&
+             v.get<std::uint64_t>() > std::uint64_t{std::numeric_limits<std::int64_t>::max()}))
+          throw Error(
+              Code::invalid_argument,
+              where + "'prefix_id' must be a whole number that fits 64 bits, got " + v.dump());
+        r.prefix_id = v.get<std::int64_t>();
+      }
       if (r.prefix_id && r.prompt_tokens <= kSharedPrefix) r.prefix_id.reset();
       requests.push_back(r);
     } catch (const nlohmann::json::exception& e) {
