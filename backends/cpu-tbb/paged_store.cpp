@@ -148,6 +148,7 @@ void PagedStore::append(std::uint32_t layer, std::span<const SeqId> ids,
                         std::span<const std::uint32_t> counts, const DLTensor& k,
                         const DLTensor& v) {
   std::shared_lock lock(mutex_);
+  const AppendClaims::Claim claim(appending_, ids);
   const std::vector<Sequence*> seqs = book_.check_append(layer, ids, counts);
   std::vector<std::uint64_t> first_row;
   std::uint64_t rows = 0;

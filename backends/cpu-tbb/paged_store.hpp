@@ -12,6 +12,7 @@
 #include <shared_mutex>
 #include <vector>
 
+#include "append_claims.hpp"
 #include "input_rows.hpp"
 #include "kvcache/cache_store.hpp"
 #include "kvcache/paging/paged_store_base.hpp"
@@ -86,6 +87,7 @@ class PagedStore final : public paging::PagedStoreBase {
   std::size_t layer_stride_ = 0;  // bytes of one layer's K and V pools
   std::size_t k_pool_bytes_ = 0;
   std::unique_ptr<std::byte, void (*)(void*)> memory_;
+  AppendClaims appending_;
 };
 
 }  // namespace kvcache::cpu

@@ -23,6 +23,8 @@
 
 #include "cache_checks.hpp"
 #include "kvcache/cache.hpp"
+#include "kvcache/config.hpp"
+#include "kvcache/registry.hpp"
 
 namespace kvcache {
 namespace {
@@ -215,6 +217,57 @@ TEST(ConcurrentCache, ManyThreadsStepForkReleaseAndShareAPrefixWhileEvictionRuns
   const StoreStats after = cache->stats();
   EXPECT_EQ(after.used_pages, 0u);
   EXPECT_EQ(after.cached_pages + after.free_pages, after.total_pages) << "pages leaked";
+}
+
+// cpu-tbb lets appends share the store's lock (different sequences at once); two that overlap on
+// one sequence would race on its slots, so the later is refused, loudly, while the first writes.
+// One-row appends race a long one, round after round, until one of them has been refused.
+TEST(ConcurrentStore, OverlappingAppendsToOneSequenceAreRefused) {
+  const Config config = parse_config(
+      "model: {layers: 1, q_heads: 4, kv_heads: 4, head_dim: 64}\ncache: {capacity: 64MiB}\n",
+      "<concurrent test>", {});
+  const auto backend = Registry::load(PluginSettings{})->create_backend("cpu-tbb");
+  const auto store = backend->create_store(store_spec(config));
+  const SeqId id = store->create_sequence();
+  const std::vector<SeqId> ids{id};
+  constexpr std::uint32_t kLong = 16384, kShortMost = 4096;
+  const std::vector<float> rows(std::size_t{kLong} * 4 * 64, 0.5f);
+  const Tensor long_rows = Tensor::host(rows.data(), {kLong, 4, 64});
+  const Tensor one_row = Tensor::host(rows.data(), {1, 4, 64});
+  int refused = 0;
+  for (int round = 0; round < 10 && refused == 0; ++round) {
+    store->reserve(ids, std::vector<std::uint32_t>{kLong + kShortMost});
+    std::atomic<bool> ready = false, done = false;
+    std::uint64_t short_appends = 0;
+    std::thread other([&] {
+      ready = true;
+      while (!done && short_appends < kShortMost) {
+        try {
+          store->append(0, ids, std::vector<std::uint32_t>{1}, one_row, one_row);
+          ++short_appends;
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("is being appended to by another thread"),
+                    std::string::npos)
+              << e.what();
+          ++refused;
+        }
+      }
+    });
+    while (!ready) std::this_thread::yield();
+    for (;;) {  // the long append, retried while a short one holds the sequence
+      try {
+        store->append(0, ids, std::vector<std::uint32_t>{kLong}, long_rows, long_rows);
+        break;
+      } catch (const Error&) {
+      }
+    }
+    done = true;
+    other.join();
+    EXPECT_EQ(store->written(id, 0), short_appends + kLong)
+        << "every append that was not refused wrote its rows, and only those";
+    store->unreserve(id, store->length(id));
+  }
+  EXPECT_GT(refused, 0) << "no one-row append overlapped a long one in 10 rounds";
 }
 
 }  // namespace
