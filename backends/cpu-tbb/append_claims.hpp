@@ -23,16 +23,21 @@ class AppendClaims {
    public:
     Claim(AppendClaims& claims, std::span<const SeqId> ids) : claims_(claims), ids_(ids) {
       const std::lock_guard lock(claims_.mutex_);
-      for (std::size_t i = 0; i < ids_.size(); ++i) {
-        // Named twice in this append: the store's own check refuses that, with its own words.
-        if (claims_.busy_.insert(ids_[i]).second ||
-            std::find(ids_.begin(), ids_.begin() + i, ids_[i]) != ids_.begin() + i)
-          continue;
-        for (std::size_t j = 0; j < i; ++j) claims_.busy_.erase(ids_[j]);
-        throw Error(Code::invalid_argument,
-                    "append: sequence " + std::to_string(ids_[i]) +
-                        " is being appended to by another thread; appends to one sequence must "
-                        "not overlap (docs/cache.md, \"Threads\")");
+      std::size_t held = 0;  // ids_[0, held) are claimed by this append
+      try {
+        for (; held < ids_.size(); ++held) {
+          const SeqId id = ids_[held];
+          if (claims_.busy_.insert(id).second) continue;
+          // Named twice in this append: the store's own check refuses that, with its own words.
+          if (std::find(ids_.begin(), ids_.begin() + held, id) != ids_.begin() + held) continue;
+          throw Error(Code::invalid_argument,
+                      "append: sequence " + std::to_string(id) +
+                          " is being appended to by another thread; appends to one sequence "
+                          "must not overlap (docs/cache.md, \"Threads\")");
+        }
+      } catch (...) {  // refused, or out of memory: nothing stays claimed
+        for (std::size_t j = 0; j < held; ++j) claims_.busy_.erase(ids_[j]);
+        throw;
       }
     }
     ~Claim() {

@@ -21,7 +21,6 @@
 namespace kvcache::tool {
 namespace {
 
-
 using Clock = std::chrono::steady_clock;
 
 std::int32_t token_id(std::int64_t stream, std::uint32_t i) {
