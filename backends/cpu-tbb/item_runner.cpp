@@ -14,8 +14,8 @@ void run_item(const LayerRun& run, std::size_t it, const TaskBuffers& buffers, P
   SoftmaxState& state = merge.start(it);
   const BlockAttention& kernels = run.kernels[std::countr_zero(item.width)];
   const std::size_t pair = item.query * run.kv_heads + item.kv_head;
-  const float* qg = run.query(pair);
-  const QuantizedQuery* qq = run.quantized(pair);
+  const float* qg = run.query(pair, item.rotation);
+  const QuantizedQuery* qq = run.quantized(pair, item.rotation);
   // A tile's query heads for this kernel head, one query's after another.
   std::vector<float> tile_q;
   std::optional<QuantizedQuery> tile_q8;

@@ -89,6 +89,7 @@ LayerRun::LayerRun(PagedStore& store_, const paging::AttentionPlan& slots_, cons
       for (std::uint32_t g = 0; g < group; ++g)
         scale_into(q_rows.row(i, hg.query_head(h, g), buffer.data()), factor,
                    q_ + ((i * kv_heads + h) * group + g) * dim, dim);
+  turn_queries(q_rows, factor);
 
   // Accumulated scores need the exact logits of the float path (the weights must match the
   // reference), so they keep it.
@@ -96,9 +97,11 @@ LayerRun::LayerRun(PagedStore& store_, const paging::AttentionPlan& slots_, cons
     kernels.emplace_back(group * width, dim, scores ? RowFormat::float32 : stored_kind(kc),
                          stored_kind(vc));
   if (integer_rows(kernels[0].keys())) {
-    q8_.reserve(pairs);
+    q8_.reserve(pairs + rotations_ * kv_heads);
     for (std::uint64_t pair = 0; pair < pairs; ++pair)
       q8_.push_back(kernels[0].quantize(query(pair), &arena));
+    for (std::size_t r = 0; r < rotations_ * kv_heads; ++r)
+      q8_.push_back(kernels[0].quantize(turned_ + r * group * dim, &arena));
   }
   float_rows_ = scores || std::any_of(kernels.begin(), kernels.end(), [](const auto& a) {
                   return a.keys() == RowFormat::float32 || a.values() == RowFormat::float32;
@@ -110,6 +113,34 @@ LayerRun::LayerRun(PagedStore& store_, const paging::AttentionPlan& slots_, cons
   const std::size_t distance =
       std::max(prefetch_bytes(stored_kind(kc)), prefetch_bytes(stored_kind(vc)));
   ahead_pages = std::max<std::size_t>(2, (distance + small_tile - 1) / small_tile);
+}
+
+void LayerRun::turn_queries(const InputRows& q_rows, float factor) {
+  const QueryRotations turn = slots.angles();
+  rotations_ = slots.rotation_count();
+  if (rotations_ == 0) return;
+  // Which query each rotation turns (a rotation is one query's, for one of its ranges); a rotation
+  // no span uses (its range held no slots) stays unturned and unread.
+  std::pmr::vector<std::uint64_t> query_of(rotations_, slots.queries, &arena);
+  for (std::uint64_t i = 0; i < slots.queries; ++i)
+    for (const paging::SlotSpan& s : slots.visible[i])
+      if (s.rotation != 0) query_of[s.rotation - 1] = i;
+  turned_ =
+      static_cast<float*>(arena.allocate(rotations_ * kv_heads * group * dim * sizeof(float), 64));
+  RowBuffer buffer(dim), row(dim);
+  for (std::size_t r = 0; r < rotations_; ++r)
+    for (std::uint32_t h = 0; h < kv_heads; ++h)
+      for (std::uint32_t g = 0; g < group; ++g) {
+        float* to = turned_ + ((r * kv_heads + h) * group + g) * dim;
+        if (query_of[r] == slots.queries) {
+          std::fill(to, to + dim, 0.0f);
+          continue;
+        }
+        const float* from = q_rows.row(query_of[r], hg.query_head(h, g), buffer.data());
+        std::copy(from, from + dim, row.data());
+        turn.rotate(r, row.data());
+        scale_into(row.data(), factor, to, dim);
+      }
 }
 
 }  // namespace kvcache::cpu

@@ -58,10 +58,15 @@ class LayerRun {
   std::pmr::vector<BlockAttention> kernels;  // per tile width 1, 2, 4, ... (index log2 of it)
   std::uint64_t ahead_pages = 2;             // tiles asked for ahead of the rows being read
 
-  // A pair's query heads, [group][dim], and their quantized form (int8 and int4 keys).
-  const float* query(std::size_t pair) const { return q_ + pair * group * dim; }
-  const QuantizedQuery* quantized(std::size_t pair) const {
-    return q8_.empty() ? nullptr : &q8_[pair];
+  // A pair's query heads, [group][dim], turned by `rotation` (+ 1; 0: as given), and their
+  // quantized form (int8 and int4 keys).
+  const float* query(std::size_t pair, std::uint32_t rotation = 0) const {
+    return rotation == 0 ? q_ + pair * group * dim
+                         : turned_ + ((rotation - 1) * kv_heads + pair % kv_heads) * group * dim;
+  }
+  const QuantizedQuery* quantized(std::size_t pair, std::uint32_t rotation = 0) const {
+    if (q8_.empty()) return nullptr;
+    return rotation == 0 ? &q8_[pair] : &q8_[pairs + (rotation - 1) * kv_heads + pair % kv_heads];
   }
   // The K or V tiles of a kernel head's KV head: a page's at base + page x the tile's bytes.
   const std::byte* tiles(std::uint32_t kernel_head, bool value) const {
@@ -74,9 +79,15 @@ class LayerRun {
   void for_each_item(Body&& body) const;
 
  private:
+  // Fills turned_: each rotation's query, turned, then scaled by `factor` as q_ is.
+  void turn_queries(const InputRows& q_rows, float factor);
+
   float* q_ = nullptr;  // [query][kernel head][group][dim]
-  std::pmr::vector<QuantizedQuery> q8_;
-  bool float_rows_ = false;  // some kernels read rows decoded to float32
+  // [rotation][kernel head][group][dim]: the query of each rotation the spans use, turned.
+  float* turned_ = nullptr;
+  std::size_t rotations_ = 0;
+  std::pmr::vector<QuantizedQuery> q8_;  // per pair, then per rotation and kernel head
+  bool float_rows_ = false;              // some kernels read rows decoded to float32
 };
 
 // Work (key slots times queries, over the KV heads) below which a call runs on the calling

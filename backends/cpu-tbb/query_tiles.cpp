@@ -8,13 +8,14 @@ namespace {
 
 using Spans = std::vector<paging::SlotSpan>;
 
-// The slots in both a and b (each ascending and disjoint).
+// The slots in both a and b (each ascending and disjoint) that neither turns the query for: a
+// turned query is its own, so slots it sees turned are never shared.
 Spans intersect(const Spans& a, const Spans& b) {
   Spans out;
   for (std::size_t i = 0, j = 0; i < a.size() && j < b.size();) {
     const std::uint64_t begin = std::max(a[i].begin, b[j].begin);
     const std::uint64_t end = std::min(a[i].end, b[j].end);
-    if (begin < end) out.push_back({begin, end});
+    if (begin < end && a[i].rotation == 0 && b[j].rotation == 0) out.push_back({begin, end});
     (a[i].end < b[j].end ? i : j)++;
   }
   return out;
@@ -27,10 +28,10 @@ Spans subtract(const Spans& a, const Spans& b) {
   for (const paging::SlotSpan& s : a) {
     std::uint64_t at = s.begin;
     for (; j < b.size() && b[j].begin < s.end; ++j) {
-      if (b[j].begin > at) out.push_back({at, b[j].begin});
+      if (b[j].begin > at) out.push_back({at, b[j].begin, s.rotation});
       at = std::max(at, b[j].end);
     }
-    if (at < s.end) out.push_back({at, s.end});
+    if (at < s.end) out.push_back({at, s.end, s.rotation});
   }
   return out;
 }

@@ -15,7 +15,7 @@ namespace kvcache::cpu {
 struct QueryTile {
   std::size_t first = 0;                 // the tile's first query
   std::uint32_t width = 0;               // consecutive queries of one sequence, 2 or more
-  std::vector<paging::SlotSpan> shared;  // the slots all of them see, ascending
+  std::vector<paging::SlotSpan> shared;  // the slots all of them see unturned, ascending
 };
 
 struct QueryTiles {

@@ -8,4 +8,4 @@ KVCACHE_PLUGIN(
     "cpu-tbb", "0.1.0",
     kvcache::sdk::component<kvcache::cpu::CpuBackend>(
         "cpu-tbb", "0.1.0",
-        {kvcache::format_names(), {}, {}, "cpu", true, kvcache::cpu::attention_numerics()}))
+        {kvcache::format_names(), {}, {}, "cpu", true, kvcache::cpu::attention_numerics(), true}))

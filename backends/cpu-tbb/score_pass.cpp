@@ -13,7 +13,7 @@ void add_scores(const LayerRun& run, const PairMerge& merge) {
     const Item& item = run.schedule.items[it];
     const std::size_t pair = item.query * run.kv_heads + item.kv_head;
     const SoftmaxState& final_state = merge.final_state(pair);
-    const float* qg = run.query(pair);
+    const float* qg = run.query(pair, item.rotation);
     const std::uint32_t group = run.group, real_heads = run.hg.count(item.kv_head % run.hg.parts);
     for_each_block(
         run, item, buffers, RowFormat::float32, RowFormat::float32, false,

@@ -31,20 +31,25 @@ WorkSchedule schedule_work(const paging::AttentionPlan& plan, const ScheduleShap
     const std::uint64_t chunk = std::max<std::uint64_t>(512, (total + splits - 1) / splits);
     std::size_t first = w.segments.size();
     std::uint64_t taken = 0;
+    std::uint32_t rotation = slots.empty() ? 0 : slots.front().rotation;
+    const auto close = [&] {
+      if (first != w.segments.size())
+        w.items.push_back({query, width, h, first, w.segments.size(), rotation});
+      first = w.segments.size();
+      taken = 0;
+    };
     for (const Segment& s : slots) {
+      if (s.rotation != rotation) close();  // an item turns its query one way throughout
+      rotation = s.rotation;
       for (std::uint64_t b = s.begin; b < s.end;) {
         const std::uint64_t e = std::min(s.end, b + (chunk - taken));
-        w.segments.push_back({b, e});
+        w.segments.push_back({b, e, s.rotation});
         taken += e - b;
         b = e;
-        if (taken == chunk) {
-          w.items.push_back({query, width, h, first, w.segments.size()});
-          first = w.segments.size();
-          taken = 0;
-        }
+        if (taken == chunk) close();
       }
     }
-    if (first != w.segments.size()) w.items.push_back({query, width, h, first, w.segments.size()});
+    close();
   };
   // KV head by KV head: a thread's items (a contiguous range of them) mostly read one head's
   // pages, which a prefill's tiles read again and again, from its L2 when they fit there.

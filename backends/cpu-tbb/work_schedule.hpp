@@ -21,6 +21,7 @@ struct Item {
   std::uint32_t width;
   std::uint32_t kv_head;
   std::size_t first, end;
+  std::uint32_t rotation = 0;  // the query's rotation for all its segments + 1; 0: none
 };
 
 struct WorkSchedule {

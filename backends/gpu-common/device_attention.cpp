@@ -25,6 +25,9 @@ struct DevicePlan final : StepPlan {
   DeviceBuffer memory;
   std::uint64_t pages_at = 0, page_offset_at = 0, span_offset_at = 0, spans_at = 0, items_at = 0,
                 first_item_at = 0, logit_offset_at = 0, score_offset_at = 0;
+  // Query rotations (positions within the cache): how many, and their query and angles.
+  std::uint32_t rotations = 0;
+  std::uint64_t rotation_query_at = 0, cos_sin_at = 0;
   const std::uint8_t* at(std::uint64_t offset) const { return memory.as<std::uint8_t>() + offset; }
 };
 
@@ -86,19 +89,35 @@ std::unique_ptr<DevicePlan> DeviceAttention::make_plan(DeviceStore& store,
   const std::uint64_t target = 16ull * processors_;
   const std::uint64_t splits =
       pairs >= target ? 1 : (target + pairs - 1) / std::max<std::uint64_t>(pairs, 1);
+  // An item turns its query one way throughout: a query's visible slots are cut where the
+  // spans' rotations change, [begin, end) of its visible indices each.
+  struct Run {
+    std::uint64_t begin, end;
+    std::uint32_t rotation;
+  };
   std::vector<WorkItem> items;
   std::vector<std::uint32_t> first_item;
+  std::vector<std::uint32_t> rotation_query(plan.rotation_count(), 0);
   for (std::uint64_t i = 0; i < plan.queries; ++i) {
     const std::uint64_t n = plan.visible_slots(i);
     const std::uint64_t chunk = std::max<std::uint64_t>(kItemSlots, (n + splits - 1) / splits);
+    std::vector<Run> runs;
+    std::uint64_t at = 0;
+    for (const paging::SlotSpan& s : plan.visible[i]) {
+      if (runs.empty() || runs.back().rotation != s.rotation) runs.push_back({at, at, s.rotation});
+      at += s.end - s.begin;
+      runs.back().end = at;
+      if (s.rotation != 0) rotation_query[s.rotation - 1] = static_cast<std::uint32_t>(i);
+    }
     for (std::uint32_t h = 0; h < kv_heads; ++h) {
       first_item.push_back(static_cast<std::uint32_t>(items.size()));
       for (std::uint32_t head0 = 0; head0 < group; head0 += kMaxItemHeads)
-        for (std::uint64_t first = 0; first < n; first += chunk)
-          items.push_back({static_cast<std::uint32_t>(i), h, head0,
-                           std::min(kMaxItemHeads, group - head0),
-                           static_cast<std::uint32_t>(first),
-                           static_cast<std::uint32_t>(std::min(chunk, n - first))});
+        for (const Run& run : runs)
+          for (std::uint64_t first = run.begin; first < run.end; first += chunk)
+            items.push_back(
+                {static_cast<std::uint32_t>(i), h, head0, std::min(kMaxItemHeads, group - head0),
+                 static_cast<std::uint32_t>(first),
+                 static_cast<std::uint32_t>(std::min(chunk, run.end - first)), run.rotation});
     }
   }
   first_item.push_back(static_cast<std::uint32_t>(items.size()));
@@ -113,6 +132,11 @@ std::unique_ptr<DevicePlan> DeviceAttention::make_plan(DeviceStore& store,
   p->first_item_at = layout.copy(first_item);
   p->logit_offset_at = layout.copy(logit_offset);
   p->score_offset_at = layout.copy(score_offset);
+  p->rotations = static_cast<std::uint32_t>(rotation_query.size());
+  if (p->rotations != 0) {
+    p->rotation_query_at = layout.copy(rotation_query);
+    p->cos_sin_at = layout.copy(plan.cos_sin);
+  }
   const Stream& stream = store.stream();
   stream.activate();
   p->memory.reserve(std::max<std::uint64_t>(layout.size(), 16));
@@ -200,6 +224,7 @@ void DeviceAttention::run_layer(DeviceStore& store, const DevicePlan& p, std::ui
   const std::uint64_t partial_at =
       layout.reserve(std::uint64_t{p.n_items} * kMaxItemHeads * (2 + dim) * 4);
   const std::uint64_t final_at = layout.reserve(plan.queries * heads * 2 * 4);
+  const std::uint64_t turned_at = layout.reserve(std::uint64_t{p.rotations} * heads * dim * 4);
   const bool scores = p.accumulate_scores;
   const std::uint64_t logits_at = scores ? layout.reserve(p.logits * heads * 4) : 0;
   const std::uint64_t scores_at = scores ? layout.reserve(p.score_floats * 4) : 0;
@@ -229,6 +254,21 @@ void DeviceAttention::run_layer(DeviceStore& store, const DevicePlan& p, std::ui
   a.partial = reinterpret_cast<float*>(at(partial_at));
   a.logits = scores ? reinterpret_cast<float*>(at(logits_at)) : nullptr;
   a.logit_offset = reinterpret_cast<const std::uint64_t*>(p.at(p.logit_offset_at));
+  if (p.rotations != 0) {
+    RotateArgs r;
+    r.q = a.q;
+    r.q_dtype = a.q_dtype;
+    r.q_heads = heads;
+    r.head_dim = dim;
+    r.rotary_dims = plan.rotary_dims;
+    r.adjacent = plan.rotation_style == RopeStyle::gptj;
+    r.rotations = p.rotations;
+    r.query_of = reinterpret_cast<const std::uint32_t*>(p.at(p.rotation_query_at));
+    r.cos_sin = reinterpret_cast<const float*>(p.at(p.cos_sin_at));
+    r.turned = reinterpret_cast<float*>(at(turned_at));
+    launch_rotate(r, stream.get());
+    a.turned = r.turned;
+  }
   if (grouped) {
     a.held_from = reinterpret_cast<const std::uint64_t*>(at(held_from_at));
     a.residual = reinterpret_cast<const std::uint16_t*>(at(residual_at));

@@ -9,13 +9,18 @@
 #include "device_store.hpp"
 #include "gpu_runtime.hpp"
 #include "kernels.hpp"
+#include "kvcache/formats.hpp"
 
 namespace kvcache::gpu {
 
-std::vector<std::uint32_t> supported_head_dims() {
-  std::vector<std::uint32_t> dims;
-  for (std::uint32_t d = kHeadDimStep; d <= kMaxHeadDim; d += kHeadDimStep) dims.push_back(d);
-  return dims;
+Capabilities gpu_capabilities(const char* device_kind) {
+  Capabilities c;
+  c.formats = format_names();
+  for (std::uint32_t d = kHeadDimStep; d <= kMaxHeadDim; d += kHeadDimStep)
+    c.head_dims.push_back(d);
+  c.device_kind = device_kind;
+  c.query_rotation = true;
+  return c;
 }
 
 GpuBackend::GpuBackend(const sdk::Options& options) {

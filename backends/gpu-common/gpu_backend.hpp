@@ -11,9 +11,10 @@
 
 namespace kvcache::gpu {
 
-// The head dimensions the kernels read (multiples of kHeadDimStep up to kMaxHeadDim), as the
-// plugin declares them.
-std::vector<std::uint32_t> supported_head_dims();
+// What the GPU plugins declare (one source for cuda, hip and the emulator): every built-in format
+// by fused kernels, the head dimensions the kernels read (multiples of kHeadDimStep up to
+// kMaxHeadDim), any page size, and query rotations.
+Capabilities gpu_capabilities(const char* device_kind);
 
 class GpuBackend final : public Backend {
  public:

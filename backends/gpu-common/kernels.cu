@@ -423,12 +423,17 @@ __global__ void __launch_bounds__(kWarp* kAttendWarps, kHeads <= 4 ? kMinBlocks 
   for (std::uint32_t g = 0; g < kHeads; ++g) {
     q_sum[g] = 0.0f;
     for (std::uint32_t e = 0; e < kChunk; ++e) {
-      q[g][e] = g < it.heads && reads
-                    ? load_input(a.q, a.q_dtype,
-                                 (std::uint64_t{it.query} * a.q_heads + first_head + g) * dim +
-                                     kChunk * c + e) *
-                          a.scale
-                    : 0.0f;
+      q[g][e] =
+          g < it.heads && reads
+              ? (it.rotation == 0
+                     ? load_input(a.q, a.q_dtype,
+                                  (std::uint64_t{it.query} * a.q_heads + first_head + g) * dim +
+                                      kChunk * c + e)
+                     : a.turned[(std::uint64_t{it.rotation - 1} * a.q_heads + first_head + g) *
+                                    dim +
+                                kChunk * c + e]) *
+                    a.scale
+              : 0.0f;
       q_sum[g] += q[g][e];
     }
   }
@@ -610,6 +615,31 @@ __global__ void __launch_bounds__(kWarp* kAttendWarps, kHeads <= 4 ? kMinBlocks 
 }
 
 // One block per (query, q head); threads over the head dimension.
+// One thread per element of a turned query: its pair's partner is another element, so each
+// thread reads both and writes its own.
+__global__ void rotate_kernel(RotateArgs a) {
+  const std::uint64_t t = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const std::uint32_t dim = a.head_dim;
+  if (t >= std::uint64_t{a.rotations} * a.q_heads * dim) return;
+  const auto j = static_cast<std::uint32_t>(t % dim);
+  const std::uint64_t row = t / dim, r = row / a.q_heads, head = row % a.q_heads;
+  const std::uint64_t from = (std::uint64_t{a.query_of[r]} * a.q_heads + head) * dim;
+  const float x = load_input(a.q, a.q_dtype, from + j);
+  if (j >= a.rotary_dims) {
+    a.turned[t] = x;
+    return;
+  }
+  const std::uint32_t half = a.rotary_dims / 2;
+  // The pair's index i, this element's partner, and whether it is the pair's first.
+  const std::uint32_t i = a.adjacent ? j / 2 : j % half;
+  const bool first = a.adjacent ? j % 2 == 0 : j < half;
+  const std::uint32_t partner =
+      a.adjacent ? (first ? j + 1 : j - 1) : (first ? j + half : j - half);
+  const float y = load_input(a.q, a.q_dtype, from + partner);
+  const float c = a.cos_sin[r * a.rotary_dims + i], s = a.cos_sin[r * a.rotary_dims + half + i];
+  a.turned[t] = first ? x * c - y * s : x * c + y * s;
+}
+
 __global__ void merge_kernel(MergeArgs a) {
   const std::uint32_t query = blockIdx.x / a.q_heads, head = blockIdx.x % a.q_heads;
   const std::uint32_t group = a.q_heads / a.kv_heads, kv_head = head / group, g = head % group;
@@ -677,6 +707,13 @@ void launch_group_encode(const GroupEncodeArgs& a, GPU(Stream_t) stream) {
              stream)
   (a);
   check_launch("group encode kernel");
+}
+
+void launch_rotate(const RotateArgs& a, GPU(Stream_t) stream) {
+  const std::uint64_t threads = std::uint64_t{a.rotations} * a.q_heads * a.head_dim;
+  if (threads == 0) return;
+  KVC_LAUNCH(rotate_kernel, blocks_for(threads, 128), 128, stream)(a);
+  check_launch("rotate kernel");
 }
 
 void launch_decode(const DecodeArgs& a, GPU(Stream_t) stream) {

@@ -112,6 +112,7 @@ struct WorkItem {
   std::uint32_t heads;  // at most kMaxItemHeads
   std::uint32_t first;  // index among the query's visible slots
   std::uint32_t count;
+  std::uint32_t rotation;  // the query turned by this rotation + 1 for all its slots; 0: as given
 };
 inline constexpr std::uint32_t kMaxItemHeads = 8;
 inline constexpr std::uint32_t kMaxHeadDim = 256;
@@ -127,6 +128,8 @@ struct AttentionArgs {
   float scale = 0.0f;       // log2(e) / sqrt(head_dim) or the caller's, times log2(e)
   const void* q = nullptr;  // [queries, q_heads, head_dim]
   Dtype q_dtype = Dtype::f32;
+  // The turned queries of items with a rotation, [rotation][q_heads][head_dim] (see RotateArgs).
+  const float* turned = nullptr;
   // Per query: its sequence's pages at pages + page_offset[query], and its visible slots as
   // spans [span_offset[query], span_offset[query + 1]) of (begin, end) pairs.
   const std::uint32_t* pages = nullptr;
@@ -150,6 +153,23 @@ struct AttentionArgs {
 };
 // item_heads: the most query heads of any item (sizes the kernel's registers).
 void launch_attend(const AttentionArgs& a, std::uint32_t item_heads, GPU(Stream_t) stream);
+
+// The queries turned for some of their ranges (RoPE positions within the cache, see
+// kvcache/query_rotation.hpp): turned[r][head] is q[query_of[r]][head] with its first rotary_dims
+// elements rotated in pairs by rotation r's cosines and sines (cos_sin[r * rotary_dims ...]).
+struct RotateArgs {
+  const void* q = nullptr;
+  Dtype q_dtype = Dtype::f32;
+  std::uint32_t q_heads = 0;
+  std::uint32_t head_dim = 0;
+  std::uint32_t rotary_dims = 0;
+  bool adjacent = false;  // pairs 2i, 2i + 1 (gptj); else i, i + rotary_dims / 2 (neox)
+  std::uint32_t rotations = 0;
+  const std::uint32_t* query_of = nullptr;  // [rotations]
+  const float* cos_sin = nullptr;           // [rotations][rotary_dims]
+  float* turned = nullptr;                  // [rotations][q_heads][head_dim]
+};
+void launch_rotate(const RotateArgs& a, GPU(Stream_t) stream);
 
 // Combines the partial states of each (query, q head) and writes out[query][head][dim] in
 // `out_dtype`; keeps the final max and sum per (query, head) in `final_state` for scores.

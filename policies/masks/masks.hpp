@@ -49,10 +49,16 @@ class SinkWindow final : public AttentionMask {
   MaskDescription describe() const override;
   void visible(std::span<const Position> queries, std::span<PositionRange> ranges,
                std::span<std::uint32_t> counts) const override;
+  // positions: cache: the sinks see the query at its position within the cache (sinks, then the
+  // window), as StreamingLLM numbers them; the window sees it where it is (same distances).
+  void query_positions(std::span<const Position> queries, std::span<const PositionRange> ranges,
+                       std::span<const std::uint32_t> counts,
+                       std::span<Position> positions) const override;
 
  private:
   std::int64_t sinks_ = 0;
   std::int64_t window_ = 0;
+  bool in_cache_ = false;  // positions: cache
 };
 
 // Local attention within fixed blocks (Llama-4 style): [chunk * floor(q / chunk), q].

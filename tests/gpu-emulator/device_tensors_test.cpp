@@ -83,7 +83,7 @@ TEST(EmulatedDeviceTensors, DeviceTensorsAreUsedInPlaceWithTheSameResults) {
     r.sequences = ids;
     r.q = &qt;
     r.out = &ot;
-    r.visible = {ranges, range_counts, 1};
+    r.visible = {ranges, range_counts, 1, {}};
     attention->decode(*store, r);
     if (device) {  // and a float16 output written in place on the device
       ot.data = got16.data();

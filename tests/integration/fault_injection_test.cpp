@@ -35,7 +35,8 @@ std::shared_ptr<const Registry> registry() {
 // Two layers, GQA groups of 2, fp32: 1 KiB a token, and by default 24 pages of 8 tokens.
 std::unique_ptr<Cache> open_cache(const std::string& backend, const std::string& more = "",
                                   const std::string& cache = "{page_size: 8, capacity: 192KiB}") {
-  return Cache::open(parse_config("model: {layers: 2, q_heads: 4, kv_heads: 2, head_dim: 32}\n"
+  return Cache::open(parse_config("model: {layers: 2, q_heads: 4, kv_heads: 2, head_dim: 32, "
+                                  "rope: {theta: 10000}}\n"
                                   "format: fp32\ncache: " +
                                       cache + "\nbackend: [" + backend + "]\n" + more,
                                   "fault_injection_test.yaml", {}),
@@ -157,6 +158,27 @@ TEST_P(MaskFault, IsRefusedWithItsNameAndTheReserveIsUndone) {
 
 INSTANTIATE_TEST_SUITE_P(Answers, MaskFault,
                          ::testing::Values("error", "std", "too-many", "reversed", "overlap"));
+
+// A mask that places a query at a position below 0 is refused with its name, the reserve undone.
+TEST(Faults, AQueryPlacedBelowZeroIsRefusedNamingTheMask) {
+  const auto cache = open_cache(
+      "cpu-tbb", "mask: {name: test-faulty-mask, fail: query_positions, at: 2, how: below-zero}\n");
+  Workload w(*cache);
+  const std::vector<SeqId> ids{w.add(), w.add()};
+  w.step(ids, 5);
+  const StoreStats before = cache->stats();
+  try {
+    w.step(ids, 1);
+    ADD_FAILURE() << "a query position below 0 should be refused";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("mask 'test-faulty-mask'"));
+    EXPECT_THAT(e.what(), HasSubstr("below 0"));
+  }
+  EXPECT_EQ(cache->stats().used_pages, before.used_pages);
+  check(*cache, w);
+  w.step(ids, 1);
+  check(*cache, w);
+}
 
 // A step whose reserve evicted and whose mask then failed: the error carries the report.
 TEST(Faults, AFailureAfterBeginStepEvictedCarriesTheReport) {

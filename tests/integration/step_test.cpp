@@ -244,8 +244,8 @@ TEST(Step, APlanIsRefusedOnceItsSequencesChangedShape) {
   StepRequest request;
   const SeqId ids[] = {id};
   request.sequences = ids;
-  request.visible = {std::span<const PositionRange>(&all, 1),
-                     std::span<const std::uint32_t>(&one, 1), 1};
+  request.visible = {
+      std::span<const PositionRange>(&all, 1), std::span<const std::uint32_t>(&one, 1), 1, {}};
   const auto plan = attention->plan(*store, request);
   Tensor o = Tensor::host(out.data(), {1, 2, 32});
   attention->run(*store, *plan, 0, Tensor::host(q.data(), {1, 2, 32}), o);

@@ -110,7 +110,9 @@ static const kvc_capabilities capabilities = {offsetof(kvc_capabilities, foreign
                                               "cpu",
                                               1,
                                               0,
-                                              (const char*)1};
+                                              (const char*)1,
+                                              1,
+                                              7};
 
 static const kvc_component components[1] = {{sizeof(kvc_component), KVC_KIND_BACKEND,
                                              "test-abi-1-2", "1.2.0", &capabilities, NULL, &table}};

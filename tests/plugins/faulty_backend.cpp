@@ -40,6 +40,7 @@ class Fault {
 
   // Counts a call of `call`; throws when it is one of those that fail that way. Returns the kind
   // of garbage the call should return instead, or "" to behave.
+  bool targets(const char* call) const { return call_ == call; }
   std::string strike(const char* call) {
     if (call_ != call) return "";
     const int n = ++count_;
@@ -167,7 +168,18 @@ class FaultyBackend final : public Backend {
 class FaultyMask final : public AttentionMask {
  public:
   explicit FaultyMask(const sdk::Options& options) : fault_(options) {}
-  MaskDescription describe() const override { return {MaskKind::custom, 2, 0, 0, 0}; }
+  // Failing in query_positions, it places queries within the cache (each at its own position,
+  // unless garbage is asked for).
+  MaskDescription describe() const override {
+    return {MaskKind::custom, 2, 0, 0, 0, fault_.targets("query_positions")};
+  }
+  void query_positions(std::span<const Position> queries, std::span<const PositionRange> ranges,
+                       std::span<const std::uint32_t> counts,
+                       std::span<Position> positions) const override {
+    const std::string garbage = fault_.strike("query_positions");
+    AttentionMask::query_positions(queries, ranges, counts, positions);
+    if (garbage == "below-zero") positions[0] = -1;
+  }
   void visible(std::span<const Position> queries, std::span<PositionRange> ranges,
                std::span<std::uint32_t> counts) const override {
     const std::string garbage = fault_.strike("visible");

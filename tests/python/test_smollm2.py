@@ -126,6 +126,31 @@ def test_streaming_eviction_equals_the_same_mask_without_eviction(smollm2):
     assert evicting.length(seq) <= 4 + 16 + 16 and peak <= 3  # bounded: sinks + window + a page
 
 
+def test_cache_positions_equal_streamingllms_recompute(smollm2):
+    """4 sinks + a window of 16 at positions within the cache, with streaming eviction, decoded
+    token by token through fp32: the logits equal a dense recompute in which every query sees its
+    keys rotated at their ranks (StreamingLLM); at the original positions they do not."""
+    model, tok = smollm2
+    ids = (tok.encode(TEXT).ids * 2)[:48]
+    sinks, window = 4, 16
+    visible = lambda t: np.union1d(np.arange(min(sinks, t + 1)),
+                                   np.arange(max(0, t - window + 1), t + 1))
+    want = model.dense_logits(ids, visible, cache_positions=True)
+    fp32 = {"k": "fp32", "v": "fp32"}
+    mask = {"name": "sink-window", "sinks": sinks, "window": window, "positions": "cache"}
+    streaming = {"name": "streaming", "sinks": sinks, "window": window}
+    _, got = decode_each(model, new_cache(model, format=fp32, mask=mask, eviction=streaming), ids)
+    gap = np.abs(got - want).max()
+    _, original = decode_each(model, new_cache(model, format=fp32,
+                                               mask=dict(mask, positions="original")), ids)
+    drift = np.abs(original - want).max()
+    print(f"cache positions vs StreamingLLM's recompute: {gap:.2e}; original positions: "
+          f"{drift:.2e}")
+    assert gap <= 1e-4
+    assert drift > 1e-2
+    np.testing.assert_array_equal(original[:sinks + window], got[:sinks + window])
+
+
 def test_the_accuracy_experiment_in_small(smollm2):
     """python -m kvcache.eval --smoke: two chunks of Pride and Prejudice, fp32, fp16, int8 and
     int4; the figures must be sane as the field reports them (fp16 free, int8 under 1%, loss

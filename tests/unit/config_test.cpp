@@ -1,5 +1,6 @@
 #include <unistd.h>  // getpid
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvcache/config.hpp"
+#include "kvcache/rope.hpp"
 
 namespace kvcache {
 namespace {
@@ -46,6 +48,7 @@ void expect_error(const Diagnostic& d, int line, int column, const std::string& 
 // Compares every value (not where it came from) that a config file can state.
 void expect_same_values(const Config& a, const Config& b) {
   EXPECT_EQ(a.model, b.model);
+  EXPECT_EQ(a.rope, b.rope);
   ASSERT_EQ(a.backend_names(), b.backend_names());
   for (std::size_t i = 0; i < a.backends.size(); ++i) {
     EXPECT_EQ(a.backends[i].options, b.backends[i].options)
@@ -165,6 +168,47 @@ TEST(Overlay, EmptyFileIsTheDefault) {
 TEST(Overlay, ModelKeysOverrideOneByOne) {
   const Config c = parse_config("model: {layers: 80, kv_heads: 4}\n", "test.yaml", kNoEnv);
   EXPECT_EQ(c.model, (ModelShape{80, 32, 4, 128}));
+}
+
+TEST(Model, APresetSetsTheShapeAndTheRopeAndKeysBesideItOverride) {
+  const Config c = parse_config("model: {head_dim: 128, preset: smollm2-135m}\n", "t", kNoEnv);
+  EXPECT_EQ(c.model, (ModelShape{30, 9, 3, 128}));  // the preset first, wherever it stands
+  ASSERT_TRUE(c.rope);
+  EXPECT_EQ(c.rope->theta, 100000.0);
+  EXPECT_EQ(c.rope->style, RopeStyle::neox);
+  EXPECT_FALSE(default_config(kNoEnv).rope) << "positions are the engine's business by default";
+}
+
+TEST(Model, RopeStatesWhatDiffersFromThePresetOrTheDefaults) {
+  const Config c = parse_config(
+      "model:\n"
+      "  rope: {theta: 500000, style: gptj, dims: 32,\n"
+      "         scaling: {type: llama3, factor: 8, original_context: 8192}}\n",
+      "t", kNoEnv);
+  ASSERT_TRUE(c.rope);
+  EXPECT_EQ(c.rope->theta, 500000.0);
+  EXPECT_EQ(c.rope->dims, 32u);
+  EXPECT_EQ(c.rope->style, RopeStyle::gptj);
+  EXPECT_EQ(c.rope->scaling.kind, RopeScaling::Kind::llama3);
+  EXPECT_EQ(c.rope->scaling.factor, 8.0);
+  EXPECT_EQ(c.rope->scaling.high_freq_factor, 4.0);
+  // Llama 3.1's frequencies: the fastest kept, the slowest divided by 8 (Hugging Face's values).
+  const std::vector<double> f = rope_frequencies(*c.rope, 128);
+  EXPECT_DOUBLE_EQ(f.front(), 1.0);
+  EXPECT_NEAR(f.back(), std::pow(500000.0, -30.0 / 32.0) / 8.0, 1e-15);
+}
+
+TEST(Errors, RopeAndPresetMistakesNameTheNearest) {
+  const auto d = diagnostics_of(
+      "model:\n"
+      "  preset: smollm2-135\n"
+      "  rope: {style: neo, dims: 7, theta: -1, scaling: {type: lama3}}\n");
+  ASSERT_EQ(d.size(), 5u);
+  expect_error(d[0], 2, 11, "model.preset", "did you mean 'smollm2-135m'");
+  expect_error(d[1], 3, 17, "model.rope.style", "did you mean 'neox'");
+  expect_error(d[2], 3, 28, "model.rope.dims", "even");
+  expect_error(d[3], 3, 38, "model.rope.theta", "greater than 0");
+  expect_error(d[4], 3, 58, "model.rope.scaling.type", "did you mean 'llama3'");
 }
 
 TEST(Overlay, BackendAsListOrSingleName) {
@@ -358,8 +402,9 @@ TEST(Errors, UnknownNestedKeySuggestsTheNearest) {
 TEST(Errors, UnknownKeyWithoutNearMatchListsTheKnownOnes) {
   const auto d = diagnostics_of("model: {layers: 2, experts: 8}\n");
   ASSERT_EQ(d.size(), 1u);
-  expect_error(d[0], 1, 20, "model",
-               "unknown key 'experts'; expected one of: layers, q_heads, kv_heads, head_dim");
+  expect_error(
+      d[0], 1, 20, "model",
+      "unknown key 'experts'; expected one of: preset, layers, q_heads, kv_heads, head_dim, rope");
   const auto q = diagnostics_of("quantizer: {group: 64}\n");
   ASSERT_EQ(q.size(), 1u);
   expect_error(q[0], 1, 13, "quantizer", "unknown key 'group'; expected one of: k, v");
@@ -375,8 +420,8 @@ TEST(Errors, WrongTypeIsReportedAtTheValue) {
   const auto list = diagnostics_of("\nmodel: [1, 2]\n");
   ASSERT_EQ(list.size(), 1u);
   expect_error(list[0], 2, 8, "model",
-               "expected a mapping with keys layers, q_heads, kv_heads, "
-               "head_dim, got a list");
+               "expected a mapping with keys preset, layers, q_heads, kv_heads, "
+               "head_dim, rope, got a list");
   const auto boolean = diagnostics_of("cache:\n  prefix_caching: maybe\n");
   ASSERT_EQ(boolean.size(), 1u);
   expect_error(boolean[0], 2, 19, "cache.prefix_caching", "expected true or false, got 'maybe'");
@@ -632,6 +677,18 @@ TEST(ToYaml, RoundTrips) {
   EXPECT_TRUE(again.mask.options["text"].is_string());
   EXPECT_TRUE(again.plugins.env_paths.empty());
   EXPECT_NE(yaml.find("capacity: 1500000000B"), std::string::npos);
+}
+
+TEST(ToYaml, RopeRoundTrips) {
+  const Config original = parse_config(
+      "model:\n"
+      "  preset: llama-3.1-8b\n"
+      "  rope: {dims: 64, style: gptj}\n",
+      "original.yaml", kNoEnv);
+  ASSERT_TRUE(original.rope);
+  EXPECT_EQ(original.rope->scaling.kind, RopeScaling::Kind::llama3);
+  const Config again = parse_config(to_yaml(original), "again.yaml", kNoEnv);
+  expect_same_values(original, again);
 }
 
 // An entry with options is written as a mapping, one without as a bare name.

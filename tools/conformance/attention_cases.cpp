@@ -22,6 +22,7 @@
 #include "fixture.hpp"
 #include "kvcache/formats.hpp"
 #include "kvcache/numeric.hpp"
+#include "kvcache/query_rotation.hpp"
 #include "kvcache/reference_attention.hpp"
 
 namespace kvcache::conformance {
@@ -354,7 +355,7 @@ class AttentionConformance : public ::testing::TestWithParam<AttentionCase> {
     for (SeqId id : ids) scores_before.push_back(store_->scores(id));
     std::int64_t shape[3] = {static_cast<std::int64_t>(queries), qh, dim_};
     DLTensor qt = host_tensor(q.data(), shape), ot = host_tensor(out.data(), shape);
-    AttentionRequest request = request_for(ids, qt, ot, {ranges, counts, max_ranges});
+    AttentionRequest request = request_for(ids, qt, ot, {ranges, counts, max_ranges, {}});
     request.layer = layer;
     request.query_counts =
         prefill ? std::span<const std::uint32_t>(query_counts) : std::span<const std::uint32_t>();
@@ -479,7 +480,7 @@ TEST_P(AttentionConformance, PrefillOfNoQueriesForSomeOrAllSequences) {
   DLTensor qt = host_tensor(q.data(), shape), ot = host_tensor(out.data(), shape);
   const std::vector<std::uint32_t> none = {0, 0};
   const std::vector<SeqId> ids = {a, b};
-  AttentionRequest request = request_for(ids, qt, ot, {{}, {}, 1});
+  AttentionRequest request = request_for(ids, qt, ot, {{}, {}, 1, {}});
   request.query_counts = none;
   attention_->prefill(*store_, request);
   for (float x : out) ASSERT_TRUE(std::isnan(x));
@@ -533,7 +534,7 @@ TEST_P(AttentionConformance, QueryThatSeesNoKeysGetsZeros) {
   const std::vector<SeqId> ids = {a, b};
   const std::vector<PositionRange> ranges = {{0, 0}, {0, 700}};
   const std::vector<std::uint32_t> counts = {0, 1};
-  attention_->decode(*store_, request_for(ids, qt, ot, {ranges, counts, 1}));
+  attention_->decode(*store_, request_for(ids, qt, ot, {ranges, counts, 1, {}}));
   for (std::size_t e = 0; e < qh * dim_; ++e) ASSERT_EQ(out[e], 0.0f) << "element " << e;
   for (std::size_t e = qh * dim_; e < out.size(); ++e) ASSERT_TRUE(std::isfinite(out[e]));
 }
@@ -548,6 +549,129 @@ TEST_P(AttentionConformance, CompactedSequenceUsesLogicalPositions) {
   original_v_.clear();
   append({a}, 1);
   for (const auto& [name, options] : masks_) check(name, options, 1, {a}, {}, false);
+}
+
+// RoPE positions within the cache (StreamingLLM): sinks + window with positions: cache, the query
+// turned per range by the rotations the host makes, against the reference that turns the keys to
+// their ranks instead, in both RoPE styles; for decode and prefill, a sequence too short to have
+// a gap (no rotation), and one whose middle was dropped as streaming eviction drops it. A backend
+// that does not declare query_rotation refuses such a request, saying so.
+TEST_P(AttentionConformance, CachePositionsMatchTheStreamingReference) {
+  if (store_format(with_codecs(store_spec_of(GetParam())), false).spec.groups_tokens())
+    GTEST_SKIP() << GetParam().format.name << " cannot drop tokens one by one";
+  const SeqId a = store_->create_sequence(), b = store_->create_sequence(),
+              c = store_->create_sequence();
+  append({a}, 150);
+  append({b}, 12);
+  append({c}, 200);
+  store_->drop(c, std::vector<PositionRange>{{4, 170}});
+  original_k_.clear();  // the float32 copies no longer line up with c's slots
+  original_v_.clear();
+  append({a, b, c}, 1);
+  const auto mask =
+      registry().create_mask("sink-window", {{"sinks", 4}, {"window", 20}, {"positions", "cache"}});
+  const bool rotates =
+      registry().find(ComponentKind::backend, GetParam().backend)->capabilities.query_rotation;
+  const std::uint32_t qh = GetParam().heads.q, kvh = GetParam().heads.kv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dim_));
+  for (const RopeStyle style : {RopeStyle::neox, RopeStyle::gptj})
+    for (const bool prefill : {false, true}) {
+      if (prefill) append({a, c}, 6);
+      const std::vector<SeqId> ids = prefill ? std::vector<SeqId>{a, c} : std::vector{a, b, c};
+      const std::vector<std::uint32_t> per_seq(ids.size(), prefill ? 6 : 1);
+      const Rope rope{10000.0, 0, style, {}};
+      const std::vector<double> frequencies = rope_frequencies(rope, dim_);
+      std::vector<Position> queries;
+      std::vector<std::vector<Position>> positions;
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        positions.push_back(store_->positions(ids[i]));
+        queries.insert(queries.end(), positions.back().end() - per_seq[i], positions.back().end());
+      }
+      std::vector<PositionRange> ranges(queries.size() * 2);
+      std::vector<std::uint32_t> counts(queries.size());
+      std::vector<Position> at(ranges.size());
+      mask->visible(queries, ranges, counts);
+      mask->query_positions(queries, ranges, counts, at);
+      const RotationTable table = rotation_table(rope, frequencies, queries, counts, 2, at);
+      ASSERT_FALSE(table.view().empty()) << "a and c have gaps between sinks and window";
+      std::vector<float> q(queries.size() * qh * dim_), out(q.size(), NAN);
+      for (float& x : q) x = normal_(rng_);
+      std::int64_t shape[3] = {static_cast<std::int64_t>(queries.size()), qh, dim_};
+      DLTensor qt = host_tensor(q.data(), shape), ot = host_tensor(out.data(), shape);
+      AttentionRequest request = request_for(ids, qt, ot, {ranges, counts, 2, table.view()});
+      request.layer = 1;
+      if (prefill) request.query_counts = per_seq;
+      const auto run = [&] {
+        prefill ? attention_->prefill(*store_, request) : attention_->decode(*store_, request);
+      };
+      if (!rotates) {
+        try {
+          run();
+          FAIL() << "a backend without query_rotation attended with rotations";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), Code::unsupported) << e.what();
+          EXPECT_NE(std::string(e.what()).find("query_rotation"), std::string::npos) << e.what();
+        }
+        return;
+      }
+      run();
+      const reference::AttentionShape rs{qh, kvh, dim_};
+      const auto rounded_q = rounds_query(GetParam().backend, GetParam().format.name, false);
+      const auto rounded_weights = rounds_weights(GetParam().backend, GetParam().format.name, dim_);
+      std::size_t qi = 0;
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        const std::size_t n = positions[i].size();
+        std::vector<float> k(n * row_floats()), v(k.size()), abs_v(k.size());
+        std::int64_t kv_shape[3] = {static_cast<std::int64_t>(n), kvh, dim_};
+        DLTensor kt = host_tensor(k.data(), kv_shape), vt = host_tensor(v.data(), kv_shape);
+        store_->gather(1, ids[i], kt, vt);
+        for (std::size_t e = 0; e < v.size(); ++e) abs_v[e] = std::fabs(v[e]);
+        for (std::uint32_t j = 0; j < per_seq[i]; ++j, ++qi) {
+          const std::span<const PositionRange> r(ranges.data() + qi * 2, counts[qi]);
+          const std::span<const float> qrow(q.data() + qi * qh * dim_, qh * dim_);
+          std::vector<float> want(qh * dim_), mean_abs_v(qh * dim_);
+          reference::attention_at_cache_positions(rs, rope, qrow, queries[qi], k, v, positions[i],
+                                                  r, scale, want);
+          if (rounded_q)
+            reference::attention_at_cache_positions(rs, rope, qrow, queries[qi], k, abs_v,
+                                                    positions[i], r, scale, mean_abs_v);
+          const std::vector<std::size_t> visible = visible_slots(positions[i], r);
+          for (std::uint32_t h = 0; h < qh; ++h) {
+            // A kernel that rounds q rounds each turned q: the worst of them bounds the logits.
+            double e = 0.0;
+            for (std::uint32_t k_range = 0; rounded_q && k_range < counts[qi]; ++k_range) {
+              std::vector<float> head(qrow.begin() + h * dim_, qrow.begin() + (h + 1) * dim_);
+              if (const std::uint32_t rot = table.range_rotation[qi * 2 + k_range]; rot != 0)
+                table.view().rotate(rot - 1, head.data());
+              e = std::max(e,
+                           query_rounding_bound(*rounded_q, head, k, kvh, h / (qh / kvh), scale));
+            }
+            // Weights rounded: bounded as weight_rounding_bound does with the largest weight 1.
+            double w = 0.0;
+            if (rounded_weights) {
+              const std::uint32_t group = GetParam().format.options.value("group", 32u);
+              double top_step = 0.0;
+              for (const std::size_t t : visible)
+                for (std::uint32_t g = 0; g < dim_; g += group) {
+                  const float* row = v.data() + (t * kvh + h / (qh / kvh)) * dim_ + g;
+                  const auto [low, high] = std::minmax_element(row, row + group);
+                  top_step = std::max(top_step, double{*high - *low} / 15.0);
+                }
+              w = std::exp(2.0 * e) * static_cast<double>(visible.size()) * 8.0 *
+                  rounded_weights->error / rounded_weights->levels * top_step;
+            }
+            for (std::uint32_t d = 0; d < dim_; ++d) {
+              const std::size_t el = h * dim_ + d;
+              const double slack = std::expm1(2.0 * e) * mean_abs_v[el] + w;
+              ASSERT_NEAR(out[qi * qh * dim_ + el], want[el],
+                          1e-3 + 1e-3 * std::fabs(want[el]) + slack)
+                  << to_string(style) << (prefill ? " prefill" : " decode") << " seq " << i
+                  << " query " << j << " head " << h << " element " << d;
+            }
+          }
+        }
+      }
+    }
 }
 
 // A small float32 store (pages of 8, 1 MiB) for the tests of one shape below.
@@ -636,7 +760,7 @@ TEST_P(AttentionOutputs, HalfPrecisionOutputsAndDenseMask) {
     DLTensor ot = host_tensor(reinterpret_cast<float*>(raw.data()), q_shape);
     ot.dtype = {static_cast<std::uint8_t>(code), static_cast<std::uint8_t>(bits), 1};
     const std::vector<SeqId> ids{id};
-    attention->decode(*store, request_for(ids, qt, ot, {ranges, counts, 2}));
+    attention->decode(*store, request_for(ids, qt, ot, {ranges, counts, 2, {}}));
     for (std::size_t e = 0; e < dense.size(); ++e) {
       float got;
       if (bits == 32) {
@@ -677,7 +801,7 @@ TEST_P(AttentionOutputs, WideGroupsMatchTheReference) {
   const std::vector<std::uint32_t> counts{1, 1};
   std::int64_t q_shape[3] = {2, 16, 32};
   DLTensor qt = host_tensor(q.data(), q_shape), ot = host_tensor(out.data(), q_shape);
-  attention->decode(*store, request_for(ids, qt, ot, {ranges, counts, 1}));
+  attention->decode(*store, request_for(ids, qt, ot, {ranges, counts, 1, {}}));
   for (std::size_t i = 0; i < ids.size(); ++i) {
     std::vector<Position> positions(lengths[i]);
     for (std::uint32_t t = 0; t < lengths[i]; ++t) positions[t] = t;
@@ -711,7 +835,7 @@ TEST_P(AttentionOutputs, RejectsMalformedRequests) {
                            std::uint32_t count, const std::string& message) {
     const std::vector<std::uint32_t> counts{count};
     try {
-      attention->decode(*store, request_for(ids, q_in, out_in, {ranges, counts, 2}));
+      attention->decode(*store, request_for(ids, q_in, out_in, {ranges, counts, 2, {}}));
       ADD_FAILURE() << backend << " accepted " << message;
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), Code::invalid_argument) << backend;
@@ -776,7 +900,7 @@ TEST_P(AttentionOutputs, QuantizedValuesUnderUniformAndPeakedWeights) {
       std::int64_t q_shape[3] = {1, 8, 128};
       DLTensor qt = host_tensor(q.data(), q_shape), ot = host_tensor(out.data(), q_shape);
       const std::vector<SeqId> ids{id};
-      attention->decode(*store, request_for(ids, qt, ot, {ranges, counts, 1}));
+      attention->decode(*store, request_for(ids, qt, ot, {ranges, counts, 1, {}}));
       reference::attention({8, 2, 128}, q, stored_k, stored_v, positions, ranges,
                            1.0f / std::sqrt(128.0f), want);
       std::vector<std::size_t> all(n);

@@ -15,6 +15,7 @@
 
 #include "kvcache/formats.hpp"
 #include "kvcache/host_tensor.hpp"
+#include "kvcache/query_rotation.hpp"
 #include "kvcache/registry.hpp"
 #include "kvcache/status.hpp"
 #include "memory_bandwidth.hpp"
@@ -117,6 +118,16 @@ AttentionBenchResult run_attention_benchmark(const Registry& registry,
     for (std::uint32_t j = 0; j < o.queries; ++j)
       positions.push_back(static_cast<Position>(o.tokens - o.queries + j));
   mask->visible(positions, ranges, range_counts);
+  // A mask that places queries within the cache: the rotations the Cache would make, of Llama
+  // 3's RoPE (the angles do not change the work).
+  RotationTable rotations;
+  if (mask->describe().positions_in_cache) {
+    const Rope rope{500000.0, 0, RopeStyle::neox, {}};
+    std::vector<Position> at(ranges.size());
+    mask->query_positions(positions, ranges, range_counts, at);
+    rotations = rotation_table(rope, rope_frequencies(rope, o.head_dim), positions, range_counts,
+                               max_ranges, at);
+  }
   std::uint64_t visible = 0, keys_seen = 0;  // per sequence, per query
   for (std::uint32_t i = 0; i < o.batch; ++i) {
     std::vector<PositionRange> of_sequence;
@@ -142,7 +153,7 @@ AttentionBenchResult run_attention_benchmark(const Registry& registry,
   if (o.queries > 1) request.query_counts = query_counts;
   request.q = &qt;
   request.out = &ot;
-  request.visible = {ranges, range_counts, max_ranges};
+  request.visible = {ranges, range_counts, max_ranges, rotations.view()};
   std::uint64_t turn = 0;
   const auto call = [&] {
     request.layer = static_cast<std::uint32_t>(turn++ % spec.model.layers);

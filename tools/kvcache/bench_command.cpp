@@ -209,7 +209,11 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
   attention->add_option("--page-size", o.page_size, "tokens per page")
       ->capture_default_str()
       ->check(whole_number(1, 1024));
-  attention->add_option("--mask", f->mask, "causal, sliding-window:W, sink-window:S:W, chunked:C")
+  attention
+      ->add_option("--mask", f->mask,
+                   "causal, sliding-window:W, sink-window:S:W[:cache], chunked:C (:cache: "
+                   "positions within the cache, the query turned for the sinks by "
+                   "Llama 3's RoPE)")
       ->capture_default_str();
   attention->add_option("--threads", o.threads, "worker threads (0: all)")->capture_default_str();
   attention->add_option("--min-seconds", o.min_seconds, "time to spend measuring")

@@ -38,14 +38,18 @@ ComponentChoice parse_mask_spec(std::string_view spec) {
     return {name, {{"window", number(parts[1], spec)}}};
   }
   if (name == "sink-window") {
-    expect(3, "sink-window:SINKS:WINDOW");
-    return {name, {{"sinks", number(parts[1], spec)}, {"window", number(parts[2], spec)}}};
+    if (parts.size() != 4 || (parts[3] != "cache" && parts[3] != "original"))
+      expect(3, "sink-window:SINKS:WINDOW or sink-window:SINKS:WINDOW:cache (or :original)");
+    ComponentChoice choice{name,
+                           {{"sinks", number(parts[1], spec)}, {"window", number(parts[2], spec)}}};
+    if (parts.size() == 4) choice.options["positions"] = std::string(parts[3]);
+    return choice;
   }
   if (name == "chunked") {
     expect(2, "chunked:CHUNK");
     return {name, {{"chunk", number(parts[1], spec)}}};
   }
-  expect(1, "a mask name, or sliding-window:W, sink-window:S:W, chunked:C");
+  expect(1, "a mask name, or sliding-window:W, sink-window:S:W[:cache], chunked:C");
   return {name, nlohmann::json::object()};
 }
 

@@ -2,7 +2,6 @@
 // counted) and for MHA / GQA / MQA: KV bytes for the batch and context, pages and last-page
 // waste for the page size, and the largest batch that fits the memory left after the weights.
 #include <iostream>
-#include <map>
 #include <memory>
 #include <optional>
 
@@ -11,21 +10,17 @@
 
 #include "commands.hpp"
 #include "kvcache/formats.hpp"
+#include "kvcache/model_presets.hpp"
 #include "kvcache/nearest_name.hpp"
 #include "validators.hpp"
 
 namespace kvcache::tool {
 namespace {
 
-// Published attention shapes (layers, query heads, KV heads, head_dim).
-const std::map<std::string, ModelShape>& presets() {
-  static const std::map<std::string, ModelShape> p = {
-      {"llama-3-8b", {32, 32, 8, 128}},
-      {"llama-3-70b", {80, 64, 8, 128}},
-      {"mistral-7b", {32, 32, 8, 128}},
-      {"qwen2.5-7b", {28, 28, 4, 128}},
-  };
-  return p;
+std::string preset_names() {
+  std::string names;
+  for (const ModelPreset& p : model_presets()) names += (names.empty() ? "" : ", ") + p.name;
+  return names;
 }
 
 struct PlanFlags {
@@ -59,16 +54,16 @@ std::string human(double bytes) {
 }
 
 void run_plan(const PlanFlags& f) {
-  const auto preset = presets().find(f.preset);
-  if (preset == presets().end()) {
+  const ModelPreset* preset = find_model_preset(f.preset);
+  if (preset == nullptr) {
     std::vector<std::string> names;
-    for (const auto& [n, s] : presets()) names.push_back(n);
-    throw Error(Code::invalid_argument,
-                "unknown preset '" + f.preset + "'" + did_you_mean(f.preset, names) +
-                    "; presets: llama-3-8b, llama-3-70b, mistral-7b, qwen2.5-7b, "
-                    "or give --layers --q-heads --kv-heads --head-dim");
+    for (const ModelPreset& p : model_presets()) names.push_back(p.name);
+    throw Error(Code::invalid_argument, "unknown preset '" + f.preset + "'" +
+                                            did_you_mean(f.preset, names) +
+                                            "; presets: " + preset_names() +
+                                            ", or give --layers --q-heads --kv-heads --head-dim");
   }
-  ModelShape m = preset->second;
+  ModelShape m = preset->shape;
   const bool overridden = f.layers || f.q_heads || f.kv_heads || f.head_dim;
   const std::string model_name = overridden ? f.preset + " (overridden)" : f.preset;
   m.layers = f.layers.value_or(m.layers);
@@ -161,8 +156,7 @@ void add_plan_command(CLI::App& app) {
   examples(plan, {"kvcache plan --preset llama-3-70b --context 32768 --batch 16",
                   "kvcache plan --memory 24GiB --weights 16GiB --json",
                   "kvcache plan --preset mistral-7b --window 4096"});
-  plan->add_option("--preset", f->preset, "llama-3-8b, llama-3-70b, mistral-7b, qwen2.5-7b")
-      ->capture_default_str();
+  plan->add_option("--preset", f->preset, preset_names())->capture_default_str();
   plan->add_option("--layers", f->layers, "override the preset's layers")
       ->check(positive(f->layers));
   plan->add_option("--q-heads", f->q_heads, "override the preset's query heads")

@@ -38,7 +38,8 @@ nlohmann::json to_json(const Registry& registry, const SearchPlan& plan) {
           {"page_sizes", c.capabilities.page_sizes},
           {"device_kind", c.capabilities.device_kind},
           {"foreign_formats", c.capabilities.foreign_formats},
-          {"numerics", c.capabilities.numerics}}},
+          {"numerics", c.capabilities.numerics},
+          {"query_rotation", c.capabilities.query_rotation}}},
         {"available", c.available},
         {"unavailable_reason", c.unavailable_reason},
         {"shadowed_by", c.shadowed_by},
@@ -78,8 +79,10 @@ void print_table(const Registry& registry, const SearchPlan& plan) {
                                list_or_any(caps.page_sizes));
     if (c.kind == ComponentKind::backend)
       std::cout << fmt::format(
-          "  {:<10} {}; numerics {}\n", "",
+          "  {:<10} {}; {}; numerics {}\n", "",
           caps.foreign_formats ? "any other format through its own codec" : "no other format",
+          caps.query_rotation ? "turns queries (positions within the cache)"
+                              : "does not turn queries",
           caps.numerics.dump());
   }
   const auto& rejected = registry.rejected();

@@ -11,16 +11,19 @@
 #include <dlpack/dlpack.h>
 
 #include "kvcache/cache_store.hpp"
+#include "kvcache/query_rotation.hpp"
 #include "kvcache/types.hpp"
 
 namespace kvcache {
 
 // What a mask answered for each query: at most max_ranges ascending ranges of logical positions
-// per query, at ranges[i * max_ranges], counts[i] of them.
+// per query, at ranges[i * max_ranges], counts[i] of them; and, where the mask places the query
+// elsewhere for a range (RoPE positions within the cache), the rotation of the query for it.
 struct VisibleRanges {
   std::span<const PositionRange> ranges;
   std::span<const std::uint32_t> counts;
   std::uint32_t max_ranges = 1;
+  QueryRotations rotations;  // empty: every range sees the query as it is
 };
 
 struct AttentionRequest {
@@ -78,6 +81,8 @@ class Attention {
 class RequestCopy final : public StepPlan {
  public:
   explicit RequestCopy(const StepRequest& request);
+  RequestCopy(const RequestCopy&) = delete;  // rotations_ views its own members
+  RequestCopy& operator=(const RequestCopy&) = delete;
   // The request of one layer, viewing this copy.
   AttentionRequest request(std::uint32_t layer, const DLTensor& q, DLTensor& out) const;
   bool prefill() const { return !query_counts_.empty(); }
@@ -88,6 +93,9 @@ class RequestCopy final : public StepPlan {
   std::vector<PositionRange> ranges_;
   std::vector<std::uint32_t> range_counts_;
   std::uint32_t max_ranges_;
+  std::vector<float> cos_sin_;
+  std::vector<std::uint32_t> range_rotation_;
+  QueryRotations rotations_;  // viewing the two above
   float scale_;
   bool accumulate_scores_;
 };

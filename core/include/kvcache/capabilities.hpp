@@ -22,6 +22,8 @@ struct Capabilities {
   bool foreign_formats = false;
   // Backends: the numeric contract (docs/plugin-abi.md, "Numerics"); empty: float throughout.
   nlohmann::json numerics = nlohmann::json::object();
+  // Backends (ABI 1.6): the attention turns queries per range (VisibleRanges::rotations).
+  bool query_rotation = false;
 
   // Whether a backend with these capabilities runs `format`.
   bool runs(const std::string& format) const {

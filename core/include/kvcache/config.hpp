@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvcache/export.hpp"
+#include "kvcache/rope.hpp"
 #include "kvcache/status.hpp"
 #include "kvcache/types.hpp"
 
@@ -82,6 +84,9 @@ struct PluginSettings {
 struct Config {
   std::string origin;  // file path or "<embedded default>"
   ModelShape model;
+  // model.rope: how the model rotates its queries and keys; absent: positions are the engine's
+  // business (a mask that places queries within the cache needs it).
+  std::optional<Rope> rope;
   // Preference list: the first available backend wins and is created with its options. Each
   // entry is a ComponentChoice like every other section's, so the code that checks and creates
   // components treats backends alike; backend_names() serves code that wants the names only.

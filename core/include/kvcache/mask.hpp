@@ -2,6 +2,7 @@
 // Kernels iterate ranges, so a sliding window costs O(window) and no dense mask ever exists.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -25,6 +26,8 @@ struct MaskDescription {
   std::int64_t window = 0;
   std::int64_t sinks = 0;
   std::int64_t chunk = 0;
+  // query_positions() places queries elsewhere than at their own positions for some ranges.
+  bool positions_in_cache = false;
 };
 
 class AttentionMask {
@@ -36,6 +39,19 @@ class AttentionMask {
   // counts[i]. Sizes: ranges = queries.size() * max_ranges, counts = queries.size().
   virtual void visible(std::span<const Position> queries, std::span<PositionRange> ranges,
                        std::span<std::uint32_t> counts) const = 0;
+  // Where each query stands against each of the ranges visible() answered, at
+  // positions[i * max_ranges + k] for its range k: its own position, or, for a RoPE model
+  // streaming past its context (StreamingLLM), its position within the cache, which keeps the
+  // distance to the sinks within what the model was trained on. Asked only of a mask that
+  // describes positions_in_cache; the attention turns the query by the difference.
+  virtual void query_positions(std::span<const Position> queries,
+                               [[maybe_unused]] std::span<const PositionRange> ranges,
+                               std::span<const std::uint32_t> counts,
+                               std::span<Position> positions) const {
+    const std::size_t max_ranges = describe().max_ranges;
+    for (std::size_t i = 0; i < queries.size(); ++i)
+      for (std::uint32_t k = 0; k < counts[i]; ++k) positions[i * max_ranges + k] = queries[i];
+  }
 };
 
 }  // namespace kvcache

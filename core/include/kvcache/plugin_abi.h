@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 #define KVC_ABI_MAJOR 1
-#define KVC_ABI_MINOR 5
+#define KVC_ABI_MINOR 6
 #define KVC_ENTRY_SYMBOL "kvcache_plugin_entry"
 
 /* ---- status ------------------------------------------------------------------------------- */
@@ -79,6 +79,10 @@ typedef struct kvc_capabilities {
   /* The numeric contract of the backend's attention, a JSON object (docs/plugin-abi.md), from
      which conformance derives its error bounds; NULL or "{}": float arithmetic throughout. */
   const char* numerics_json;
+  /* ABI 1.6 (a 1.5 struct ends before these). Backends only: 1 when the attention applies the
+     query rotations of kvc_query_rotation; a host gives rotations to no other backend. */
+  uint32_t query_rotation;
+  uint32_t reserved2;
 } kvc_capabilities;
 
 typedef struct kvc_component {
@@ -128,11 +132,14 @@ enum {
   KVC_MASK_CHUNKED = 4         /* chunk */
 };
 
+/* kvc_mask_desc flags (ABI 1.6; a mask of an older minor leaves them 0). */
+#define KVC_MASK_POSITIONS_IN_CACHE 1u /* query_positions places queries elsewhere for ranges */
+
 typedef struct kvc_mask_desc {
   uint32_t struct_size;
   uint32_t kind;       /* KVC_MASK_* */
   uint32_t max_ranges; /* most ranges `visible` returns for one query */
-  uint32_t reserved;
+  uint32_t flags;      /* KVC_MASK_POSITIONS_IN_CACHE; `reserved` (0) before ABI 1.6 */
   int64_t window;
   int64_t sinks;
   int64_t chunk;
@@ -145,6 +152,12 @@ typedef struct kvc_mask_table {
    * visible key positions, written at ranges[i * max_ranges], their number at counts[i]. */
   int32_t (*visible)(void* instance, const int64_t* query_positions, uint64_t n, kvc_range* ranges,
                      uint32_t* counts, kvc_error* err);
+  /* ABI 1.6 (a 1.5 table ends before it; NULL is allowed, and then every range sees each query at
+   * its own position): for the ranges `visible` answered, the position each query takes against
+   * each, at positions[i * max_ranges + k] (RoPE positions within the cache, StreamingLLM). */
+  int32_t (*query_positions)(void* instance, const int64_t* query_positions, uint64_t n,
+                             const kvc_range* ranges, const uint32_t* counts, int64_t* positions,
+                             kvc_error* err);
 } kvc_mask_table;
 
 /* ---- quantizers (storage formats) --------------------------------------------------------- */
@@ -330,6 +343,20 @@ typedef struct kvc_store_table {
 
 /* ---- attention ---------------------------------------------------------------------------- */
 
+/* ABI 1.6: the query turned for some of its ranges (see kvcache/query_rotation.hpp): rotation r
+ * turns the first rotary_dims elements of every head in pairs (style 0: i with i + rotary_dims/2;
+ * 1: 2i with 2i + 1) by cos_sin[r * rotary_dims + j] and the sine rotary_dims / 2 later; range k
+ * of query i takes rotation range_rotation[i * max_ranges + k] - 1, none where 0. */
+typedef struct kvc_query_rotation {
+  uint32_t struct_size;
+  uint32_t style;
+  uint32_t rotary_dims;
+  uint32_t reserved;
+  uint64_t n_rotations;
+  const float* cos_sin;
+  const uint32_t* range_rotation;
+} kvc_query_rotation;
+
 /* See kvcache/attention.hpp. query_counts is NULL for decode (one query per sequence). */
 typedef struct kvc_attention_args {
   uint32_t struct_size;
@@ -346,6 +373,9 @@ typedef struct kvc_attention_args {
   float scale;
   uint32_t accumulate_scores;
   uint32_t reserved;
+  /* ABI 1.6 (a 1.5 struct ends before it): NULL, or the query's rotations per range; given only to
+     a backend that declares query_rotation. */
+  const kvc_query_rotation* rotations;
 } kvc_attention_args;
 
 /* ABI 1.4: what a step's attention is planned from (see kvcache::StepRequest): the sequences,
@@ -362,6 +392,8 @@ typedef struct kvc_step_args {
   uint64_t n_queries;
   uint32_t max_ranges;
   float scale;
+  /* ABI 1.6 (a 1.5 struct ends before it): as in kvc_attention_args. */
+  const kvc_query_rotation* rotations;
 } kvc_step_args;
 
 typedef struct kvc_attention_table {

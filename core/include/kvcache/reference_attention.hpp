@@ -7,6 +7,7 @@
 #include <span>
 
 #include "kvcache/export.hpp"
+#include "kvcache/rope.hpp"
 #include "kvcache/types.hpp"
 
 namespace kvcache::reference {
@@ -28,5 +29,16 @@ KVCACHE_API void attention(const AttentionShape& shape, std::span<const float> q
                            std::span<const Position> positions,
                            std::span<const PositionRange> visible, float scale,
                            std::span<float> out, std::span<float> weights = {});
+
+// Attention at positions within the cache, as StreamingLLM defines them, for a RoPE model whose
+// keys are stored rotated at their own positions and whose query is rotated at q_position: the
+// visible keys are numbered by their rank among themselves (the cache holds those, in order), each
+// key is turned from its position to its rank and the query to the number of visible keys before
+// it, then attention is dense over them. The kernels turn the query per range instead and must
+// agree (docs/streaming.md). Arguments as attention()'s.
+KVCACHE_API void attention_at_cache_positions(
+    const AttentionShape& shape, const Rope& rope, std::span<const float> q, Position q_position,
+    std::span<const float> keys, std::span<const float> values, std::span<const Position> positions,
+    std::span<const PositionRange> visible, float scale, std::span<float> out);
 
 }  // namespace kvcache::reference

@@ -122,4 +122,11 @@ KVCACHE_API std::optional<Diagnostic> token_drop_check(const Config& config,
                                                        const Registry& registry,
                                                        const EvictionPolicy& policy);
 
+// Whether a mask that places queries within the cache (describe().positions_in_cache) can run:
+// an error at the mask's place when the config has no model.rope, its rope does not fit head_dim,
+// or `backend` does not turn queries per range (capabilities' query_rotation); nothing otherwise.
+KVCACHE_API std::optional<Diagnostic> position_check(const Config& config,
+                                                     const ComponentInfo& backend,
+                                                     const AttentionMask& mask);
+
 }  // namespace kvcache

@@ -120,6 +120,11 @@ Cache::Impl::Visible Cache::Impl::visible_for(std::span<const SeqId> ids,
   v.ranges.assign(queries.size() * v.max_ranges, {});
   v.counts.assign(queries.size(), 0);
   mask->visible(queries, v.ranges, v.counts);
+  if (mask->describe().positions_in_cache) {
+    std::vector<Position> at(v.ranges.size(), 0);
+    mask->query_positions(queries, v.ranges, v.counts, at);
+    v.rotations = rotation_table(rope, rope_frequencies, queries, v.counts, v.max_ranges, at);
+  }
   return v;
 }
 
@@ -236,13 +241,20 @@ std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const R
   const ComponentInfo& chosen = *registry->find(ComponentKind::backend, impl->backend_name);
   if (const std::vector<Diagnostic> refused = format_refusals(config, chosen); !refused.empty())
     throw Error(Code::unsupported, refused.front().key + ": " + refused.front().message);
+  // So is a mask that places queries where the model's RoPE or the backend cannot.
+  impl->mask = registry->create_mask(config.mask.name, config.mask.options);
+  if (const auto positions = position_check(config, chosen, *impl->mask))
+    throw Error(Code::unsupported, positions->message);
+  if (impl->mask->describe().positions_in_cache) {
+    impl->rope = *config.rope;
+    impl->rope_frequencies = rope_frequencies(*config.rope, config.model.head_dim);
+  }
   const StoreSpec spec = store_spec(config, *registry);
   impl->model = config.model;
   impl->page_size = config.cache.page_size;
   impl->backend = registry->create_backend(backend->name, backend->options);
   impl->store = impl->backend->create_store(spec);
   impl->attention = impl->backend->create_attention();
-  impl->mask = registry->create_mask(config.mask.name, config.mask.options);
   return std::unique_ptr<Cache>(new Cache(std::move(impl)));
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kvcache/cache.hpp"
+#include "kvcache/rope.hpp"
 
 namespace kvcache {
 
@@ -41,6 +42,9 @@ struct Cache::Impl {
   std::unique_ptr<CacheStore> store;
   std::unique_ptr<Attention> attention;
   std::unique_ptr<AttentionMask> mask;
+  // When the mask places queries within the cache: the model's RoPE and its frequencies.
+  Rope rope;
+  std::vector<double> rope_frequencies;
   std::unique_ptr<EvictionPolicy> policy;  // null: no eviction
   std::map<SeqId, SequenceInfo> sequences;
   std::uint64_t step = 0;
@@ -63,14 +67,17 @@ struct Cache::Impl {
   // room for it (a failed reserve then ran out of something else).
   std::optional<std::uint64_t> shortfall(std::span<const SeqId> ids,
                                          std::span<const std::uint32_t> tokens);
-  // What the mask lets each query see: the newest counts[i] tokens of ids[i] (one each when
-  // counts is empty). Marks the sequences used in this step.
+  // What the mask lets each query see and, with a mask that places queries within the cache, the
+  // rotation of each query for each range where it stands elsewhere than at its own position.
   struct Visible {
     std::vector<PositionRange> ranges;
     std::vector<std::uint32_t> counts;
     std::uint32_t max_ranges = 1;
-    VisibleRanges view() const { return {ranges, counts, max_ranges}; }
+    RotationTable rotations;
+    VisibleRanges view() const { return {ranges, counts, max_ranges, rotations.view()}; }
   };
+  // For the newest counts[i] tokens of ids[i] (one each when counts is empty). Marks the
+  // sequences used in this step.
   Visible visible_for(std::span<const SeqId> ids, std::span<const std::uint32_t> counts);
   // After each model step: the policy's proactive hook, its evictions added to `report`.
   void after_step(EvictionReport& report);

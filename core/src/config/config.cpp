@@ -17,6 +17,7 @@
 
 #include "config/text_check.hpp"
 #include "config/yaml_reader.hpp"
+#include "kvcache/model_presets.hpp"
 #include "kvcache/nearest_name.hpp"
 
 namespace kvcache {
@@ -95,6 +96,10 @@ class Overlay {
  private:
   void section(YamlReader& reader, const std::string& name, const Field& value);
   void model_key(YamlReader& reader, const std::string& key, const Field& value);
+  void model_preset(YamlReader& reader, const Field& value);
+  void rope_key(YamlReader& reader, Rope& rope, const std::string& key, const Field& value);
+  void scaling_key(YamlReader& reader, RopeScaling& scaling, const std::string& key,
+                   const Field& value);
   void cache_key(YamlReader& reader, const std::string& key, const Field& value);
   void plugins_key(YamlReader& reader, const std::string& key, const Field& value);
   void quantizer_key(YamlReader& reader, const std::string& key, const Field& value);
@@ -132,7 +137,12 @@ void Overlay::section(YamlReader& reader, const std::string& name, const Field& 
     };
   };
   if (name == "model") {
-    reader.for_each_entry(value, {"layers", "q_heads", "kv_heads", "head_dim"},
+    // A preset first, wherever it stands in the mapping: the keys beside it override it.
+    if (value.node.IsMap())
+      for (const auto& entry : value.node)
+        if (entry.first.IsScalar() && entry.first.Scalar() == "preset")
+          model_preset(reader, {entry.second, reader.where(entry.second), "model.preset"});
+    reader.for_each_entry(value, {"preset", "layers", "q_heads", "kv_heads", "head_dim", "rope"},
                           visit(&Overlay::model_key));
   } else if (name == "backend") {
     backend_list(reader, value);
@@ -162,7 +172,34 @@ void Overlay::section(YamlReader& reader, const std::string& name, const Field& 
   }
 }
 
+void Overlay::model_preset(YamlReader& reader, const Field& value) {
+  const std::optional<std::string> name = reader.text(value, "a model's name");
+  if (!name) return;
+  const ModelPreset* preset = find_model_preset(*name);
+  if (preset == nullptr) {
+    std::vector<std::string> names;
+    for (const ModelPreset& p : model_presets()) names.push_back(p.name);
+    reader.error(value, "unknown model '" + *name + "'" + did_you_mean(*name, names) +
+                            "; presets: " + name_list(names));
+    return;
+  }
+  config_.model = preset->shape;
+  config_.rope = preset->rope;
+  q_heads_where_ = kv_heads_where_ = value.where;
+}
+
 void Overlay::model_key(YamlReader& reader, const std::string& key, const Field& value) {
+  if (key == "preset") return;  // applied before the other keys
+  if (key == "rope") {
+    // A mapping states what differs from the rope before it (the preset's), or from the defaults.
+    Rope rope = config_.rope.value_or(Rope{});
+    const std::size_t errors = errors_.size();
+    reader.for_each_entry(
+        value, {"theta", "dims", "style", "scaling"},
+        [&](const std::string& k, const Field& f) { rope_key(reader, rope, k, f); });
+    if (errors_.size() == errors && value.node.IsMap()) config_.rope = rope;
+    return;
+  }
   const std::optional<std::uint32_t> count = reader.positive_int(value);
   if (key == "q_heads" || key == "kv_heads") {
     head_count_unreadable_ = head_count_unreadable_ || !count;
@@ -181,6 +218,59 @@ void Overlay::model_key(YamlReader& reader, const std::string& key, const Field&
   if (key == "q_heads") model.q_heads = *count;
   if (key == "kv_heads") model.kv_heads = *count;
   if (key == "head_dim") model.head_dim = *count;
+}
+
+void Overlay::rope_key(YamlReader& reader, Rope& rope, const std::string& key, const Field& value) {
+  if (key == "theta") {
+    if (const auto theta = reader.positive_number(value)) rope.theta = *theta;
+  } else if (key == "dims") {
+    if (const auto dims = reader.positive_int(value)) {
+      if (*dims % 2 != 0)
+        reader.error(value, "expected an even number (elements rotate in pairs), got " +
+                                std::to_string(*dims));
+      else
+        rope.dims = *dims;
+    }
+  } else if (key == "style") {
+    const std::optional<std::string> style = reader.text(value, "a style");
+    if (!style) return;
+    if (*style == "neox" || *style == "gptj")
+      rope.style = *style == "neox" ? RopeStyle::neox : RopeStyle::gptj;
+    else
+      reader.error(value, "expected neox (rotate_half) or gptj (adjacent pairs), got '" + *style +
+                              "'" + did_you_mean(*style, std::vector<std::string>{"neox", "gptj"}));
+  } else if (key == "scaling") {
+    RopeScaling scaling;
+    reader.for_each_entry(
+        value, {"type", "factor", "low_freq_factor", "high_freq_factor", "original_context"},
+        [&](const std::string& k, const Field& f) { scaling_key(reader, scaling, k, f); });
+    rope.scaling = scaling;
+  }
+}
+
+void Overlay::scaling_key(YamlReader& reader, RopeScaling& scaling, const std::string& key,
+                          const Field& value) {
+  if (key == "type") {
+    const std::optional<std::string> type = reader.text(value, "a scaling type");
+    if (!type) return;
+    const std::vector<std::string> types{"none", "linear", "llama3"};
+    if (*type == "none")
+      scaling.kind = RopeScaling::Kind::none;
+    else if (*type == "linear")
+      scaling.kind = RopeScaling::Kind::linear;
+    else if (*type == "llama3")
+      scaling.kind = RopeScaling::Kind::llama3;
+    else
+      reader.error(value, "expected one of none, linear, llama3, got '" + *type + "'" +
+                              did_you_mean(*type, types));
+    return;
+  }
+  const std::optional<double> number = reader.positive_number(value);
+  if (!number) return;
+  if (key == "factor") scaling.factor = *number;
+  if (key == "low_freq_factor") scaling.low_freq_factor = *number;
+  if (key == "high_freq_factor") scaling.high_freq_factor = *number;
+  if (key == "original_context") scaling.original_context = *number;
 }
 
 void Overlay::cache_key(YamlReader& reader, const std::string& key, const Field& value) {
@@ -576,6 +666,23 @@ std::string to_yaml(const Config& config) {
   out << YAML::Key << "q_heads" << YAML::Value << config.model.q_heads;
   out << YAML::Key << "kv_heads" << YAML::Value << config.model.kv_heads;
   out << YAML::Key << "head_dim" << YAML::Value << config.model.head_dim;
+  if (config.rope) {
+    const Rope& r = *config.rope;
+    out << YAML::Key << "rope" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "theta" << YAML::Value << r.theta;
+    if (r.dims != 0) out << YAML::Key << "dims" << YAML::Value << r.dims;
+    out << YAML::Key << "style" << YAML::Value << to_string(r.style);
+    if (r.scaling.kind != RopeScaling::Kind::none) {
+      out << YAML::Key << "scaling" << YAML::Value << YAML::BeginMap;
+      out << YAML::Key << "type" << YAML::Value << to_string(r.scaling.kind);
+      out << YAML::Key << "factor" << YAML::Value << r.scaling.factor;
+      out << YAML::Key << "low_freq_factor" << YAML::Value << r.scaling.low_freq_factor;
+      out << YAML::Key << "high_freq_factor" << YAML::Value << r.scaling.high_freq_factor;
+      out << YAML::Key << "original_context" << YAML::Value << r.scaling.original_context;
+      out << YAML::EndMap;
+    }
+    out << YAML::EndMap;
+  }
   out << YAML::EndMap;
   out << YAML::Key << "backend" << YAML::Value << YAML::Flow << YAML::BeginSeq;
   for (const ComponentChoice& backend : config.backends) emit_component(out, backend);

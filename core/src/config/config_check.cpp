@@ -5,8 +5,10 @@
 #include <utility>
 
 #include "kvcache/config.hpp"
+#include "kvcache/mask.hpp"
 #include "kvcache/nearest_name.hpp"
 #include "kvcache/registry.hpp"
+#include "kvcache/rope.hpp"
 
 namespace kvcache {
 namespace {
@@ -76,8 +78,20 @@ std::vector<Diagnostic> check_components(const Config& config, const Registry& r
   const bool quantizers_ok =
       std::none_of(out.begin() + static_cast<std::ptrdiff_t>(before_quantizers), out.end(),
                    [](const Diagnostic& d) { return d.severity == Diagnostic::Severity::error; });
+  std::optional<Diagnostic> positions;
   check_choice(
-      config.mask, "mask", [&](const auto&... a) { registry.create_mask(a...); }, out);
+      config.mask, "mask",
+      [&](const std::string& name, const nlohmann::json& options) {
+        const auto mask = registry.create_mask(name, options);
+        for (const ComponentChoice& backend : config.backends) {  // the chosen one
+          const ComponentInfo* info = registry.find(ComponentKind::backend, backend.name);
+          if (info == nullptr || !info->available) continue;
+          positions = position_check(config, *info, *mask);
+          break;
+        }
+      },
+      out);
+  if (positions) out.push_back(*positions);
   if (config.eviction.name == "none") {
     if (!config.eviction.options.empty())
       out.push_back({Diagnostic::Severity::error, config.eviction.where, "eviction",
@@ -109,6 +123,27 @@ std::vector<Diagnostic> format_refusals(const Config& config, const ComponentInf
     if (const auto why = format_refusal(backend, choice->name))
       out.push_back({Diagnostic::Severity::error, choice->where, key, *why});
   return out;
+}
+
+std::optional<Diagnostic> position_check(const Config& config, const ComponentInfo& backend,
+                                         const AttentionMask& mask) {
+  if (!mask.describe().positions_in_cache) return std::nullopt;
+  const auto refuse = [&](const std::string& why) {
+    return Diagnostic{Diagnostic::Severity::error, config.mask.where, "mask",
+                      "mask '" + config.mask.name + "' places queries at positions within the " +
+                          "cache, " + why};
+  };
+  if (!config.rope)
+    return refuse("which needs the model's RoPE: set model.rope (theta, style) or model.preset");
+  try {
+    rope_frequencies(*config.rope, config.model.head_dim);
+  } catch (const Error& e) {
+    return refuse(std::string("but the model's RoPE does not fit: ") + e.what());
+  }
+  if (!backend.capabilities.query_rotation)
+    return refuse("which backend '" + backend.name +
+                  "' cannot attend at (it does not declare query_rotation, ABI 1.6)");
+  return std::nullopt;
 }
 
 std::optional<Diagnostic> token_drop_check(const Config& config, const Registry& registry,

@@ -215,6 +215,15 @@ std::optional<std::uint32_t> YamlReader::positive_int(const Field& field) {
   return std::nullopt;
 }
 
+std::optional<double> YamlReader::positive_number(const Field& field) {
+  if (field.node.IsScalar()) {
+    const nlohmann::json value = scalar_to_json(field.node.Scalar());
+    if (value.is_number() && value.get<double>() > 0.0) return value.get<double>();
+  }
+  error(field, "expected a number greater than 0, got " + describe(field.node));
+  return std::nullopt;
+}
+
 std::optional<bool> YamlReader::boolean(const Field& field) {
   if (field.node.IsScalar()) {
     const nlohmann::json value = scalar_to_json(field.node.Scalar());

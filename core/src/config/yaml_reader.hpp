@@ -59,6 +59,8 @@ class YamlReader {
 
   std::optional<std::uint32_t> positive_int(const Field& field);
   std::optional<bool> boolean(const Field& field);
+  // A finite number greater than zero.
+  std::optional<double> positive_number(const Field& field);
   // A non-empty string scalar; `what` describes it ("a name", "a path").
   std::optional<std::string> text(const Field& field, std::string_view what);
   // A size as parse_size reads it: "2GiB", "512 MiB", or an integer of bytes.

@@ -63,6 +63,17 @@ AttentionPlan plan_spans(const PageBook& book, std::span<const SeqId> sequences,
     throw Error(Code::invalid_argument,
                 "visible ranges: one entry of max_ranges ranges per query (" +
                     std::to_string(plan.queries) + " queries)");
+  const QueryRotations& turn = v.rotations;
+  if (!turn.empty()) {
+    if (turn.range_rotation.size() != v.ranges.size() || turn.rotary_dims == 0 ||
+        turn.rotary_dims % 2 != 0 || turn.rotary_dims > book.spec().model.head_dim ||
+        turn.cos_sin.size() % turn.rotary_dims != 0)
+      throw Error(Code::invalid_argument,
+                  "query rotations: one per range, of an even rotary_dims up to head_dim");
+    plan.rotation_style = turn.style;
+    plan.rotary_dims = turn.rotary_dims;
+    plan.cos_sin.assign(turn.cos_sin.begin(), turn.cos_sin.end());
+  }
   plan.visible.resize(plan.queries);
   for (std::uint64_t i = 0; i < plan.queries; ++i) {
     const std::size_t seq = plan.query_sequence[i];
@@ -86,8 +97,13 @@ AttentionPlan plan_spans(const PageBook& book, std::span<const SeqId> sequences,
                              : " overlaps or precedes [" + std::to_string(before->begin) + ", " +
                                    std::to_string(before->end) + ")") +
                         "; they must ascend and be disjoint");
+      const std::uint32_t rotation = turn.empty() ? 0 : turn.range_rotation[i * v.max_ranges + k];
+      if (rotation > turn.count())
+        throw Error(Code::invalid_argument, "visible ranges of query " + std::to_string(i) +
+                                                ": rotation " + std::to_string(rotation) + " of " +
+                                                std::to_string(turn.count()));
       const SlotSpan span{lower_slot(book, s, plan.written[seq], range.begin),
-                          lower_slot(book, s, plan.written[seq], range.end)};
+                          lower_slot(book, s, plan.written[seq], range.end), rotation};
       if (span.end > span.begin) plan.visible[i].push_back(span);
     }
   }

@@ -11,6 +11,11 @@ RequestCopy::RequestCopy(const StepRequest& r)
       ranges_(r.visible.ranges.begin(), r.visible.ranges.end()),
       range_counts_(r.visible.counts.begin(), r.visible.counts.end()),
       max_ranges_(r.visible.max_ranges),
+      cos_sin_(r.visible.rotations.cos_sin.begin(), r.visible.rotations.cos_sin.end()),
+      range_rotation_(r.visible.rotations.range_rotation.begin(),
+                      r.visible.rotations.range_rotation.end()),
+      rotations_{r.visible.rotations.style, r.visible.rotations.rotary_dims, cos_sin_,
+                 range_rotation_},
       scale_(r.scale),
       accumulate_scores_(r.accumulate_scores) {}
 
@@ -21,7 +26,7 @@ AttentionRequest RequestCopy::request(std::uint32_t layer, const DLTensor& q, DL
   r.query_counts = query_counts_;
   r.q = &q;
   r.out = &out;
-  r.visible = {ranges_, range_counts_, max_ranges_};
+  r.visible = {ranges_, range_counts_, max_ranges_, rotations_};
   r.scale = scale_;
   r.accumulate_scores = accumulate_scores_;
   return r;

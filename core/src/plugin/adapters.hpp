@@ -42,9 +42,11 @@ std::unique_ptr<CacheStore> make_store(std::shared_ptr<const PluginLibrary> libr
 // The raw handle of a store made by `library`'s backend; Error(invalid_argument) otherwise.
 void* store_handle(CacheStore& store, const PluginLibrary& library);
 
+// rotates_queries: the backend declares query_rotation; requests with rotations are refused
+// otherwise (an older backend would ignore them and attend at the wrong positions).
 std::unique_ptr<Attention> make_attention(std::shared_ptr<const PluginLibrary> library,
                                           const kvc_attention_table* table, void* attention,
-                                          const std::string& who);
+                                          const std::string& who, bool rotates_queries);
 
 // Creates the raw plugin object of a table with the common instance header.
 template <class Table>

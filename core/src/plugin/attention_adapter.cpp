@@ -23,10 +23,11 @@ class HostPlan final : public StepPlan {
 
 class HostAttention final : public Attention {
  public:
-  explicit HostAttention(std::unique_ptr<PluginInstance<kvc_attention_table>> instance)
+  HostAttention(std::unique_ptr<PluginInstance<kvc_attention_table>> instance, bool rotates_queries)
       : a_(std::move(instance)),
         plans_(a_->has(&kvc_attention_table::plan) && a_->has(&kvc_attention_table::run) &&
-               a_->has(&kvc_attention_table::destroy_plan)) {}
+               a_->has(&kvc_attention_table::destroy_plan)),
+        rotates_queries_(rotates_queries) {}
 
   void decode(CacheStore& store, const AttentionRequest& request) override {
     call(&kvc_attention_table::decode, store, request);
@@ -40,6 +41,7 @@ class HostAttention final : public Attention {
   std::unique_ptr<StepPlan> plan(CacheStore& store, const StepRequest& r) override {
     if (!plans_) return Attention::plan(store, r);
     check(r.sequences.size(), r.query_counts.size(), r.visible);
+    const kvc_query_rotation rotations = rotations_of(r.visible.rotations);
     const kvc_step_args args{sizeof(kvc_step_args),
                              r.accumulate_scores ? 1u : 0u,
                              r.sequences.data(),
@@ -49,7 +51,8 @@ class HostAttention final : public Attention {
                              r.visible.counts.data(),
                              r.visible.counts.size(),
                              r.visible.max_ranges,
-                             r.scale};
+                             r.scale,
+                             r.visible.rotations.empty() ? nullptr : &rotations};
     void* handle = nullptr;
     a_->call(&kvc_attention_table::plan, store_handle(store, *a_->library()), &args, &handle);
     if (handle == nullptr) throw Error(Code::internal, a_->who() + ": plan made no plan");
@@ -79,6 +82,29 @@ class HostAttention final : public Attention {
                                               std::to_string(visible.max_ranges) + " per query");
     if (query_counts != 0 && query_counts != sequences)
       throw Error(Code::invalid_argument, a_->who() + ": one query count per sequence");
+    const QueryRotations& turn = visible.rotations;
+    if (turn.empty()) return;
+    if (!rotates_queries_)
+      throw Error(Code::unsupported,
+                  a_->who() +
+                      " does not turn queries per range (ABI 1.6 query_rotation): it "
+                      "cannot attend at positions within the cache");
+    if (turn.range_rotation.size() != visible.ranges.size() || turn.rotary_dims == 0 ||
+        turn.rotary_dims % 2 != 0 || turn.cos_sin.size() % turn.rotary_dims != 0)
+      throw Error(Code::invalid_argument,
+                  a_->who() +
+                      ": query rotations: one entry per range and whole rotations of an "
+                      "even rotary_dims expected");
+  }
+
+  static kvc_query_rotation rotations_of(const QueryRotations& r) {
+    return {sizeof(kvc_query_rotation),
+            static_cast<std::uint32_t>(r.style),
+            r.rotary_dims,
+            0,
+            r.count(),
+            r.cos_sin.data(),
+            r.range_rotation.data()};
   }
 
   template <class Fn>
@@ -87,6 +113,7 @@ class HostAttention final : public Attention {
       throw Error(Code::invalid_argument, a_->who() + ": q and out are required");
     check(r.sequences.size(), r.query_counts.size(), r.visible);
     const bool prefill = !r.query_counts.empty();
+    const kvc_query_rotation rotations = rotations_of(r.visible.rotations);
     const kvc_attention_args args{sizeof(kvc_attention_args),
                                   r.layer,
                                   r.sequences.data(),
@@ -100,21 +127,24 @@ class HostAttention final : public Attention {
                                   r.visible.max_ranges,
                                   r.scale,
                                   r.accumulate_scores ? 1u : 0u,
-                                  0};
+                                  0,
+                                  r.visible.rotations.empty() ? nullptr : &rotations};
     void* handle = store_handle(store, *a_->library());
     a_->call(fn, handle, &args);
   }
 
   std::unique_ptr<PluginInstance<kvc_attention_table>> a_;
   bool plans_;  // the table has plan, run and destroy_plan
+  bool rotates_queries_;
 };
 
 }  // namespace
 
 std::unique_ptr<Attention> make_attention(std::shared_ptr<const PluginLibrary> library,
                                           const kvc_attention_table* table, void* attention,
-                                          const std::string& who) {
-  return std::make_unique<HostAttention>(adopt(std::move(library), table, attention, who));
+                                          const std::string& who, bool rotates_queries) {
+  return std::make_unique<HostAttention>(adopt(std::move(library), table, attention, who),
+                                         rotates_queries);
 }
 
 }  // namespace kvcache::plugin

@@ -11,8 +11,8 @@ namespace {
 
 class HostBackend final : public Backend {
  public:
-  explicit HostBackend(std::unique_ptr<PluginInstance<kvc_backend_table>> instance)
-      : instance_(std::move(instance)) {}
+  HostBackend(std::unique_ptr<PluginInstance<kvc_backend_table>> instance, bool rotates_queries)
+      : instance_(std::move(instance)), rotates_queries_(rotates_queries) {}
 
   std::vector<DeviceInfo> devices() const override {
     uint32_t count = 0;
@@ -57,7 +57,8 @@ class HostBackend final : public Backend {
     void* attention = nullptr;
     instance_->call(&kvc_backend_table::create_attention, &table, &attention);
     check_made(table, attention, "attention", offsetof(kvc_attention_table, plan));
-    return make_attention(instance_->library(), table, attention, instance_->who() + " attention");
+    return make_attention(instance_->library(), table, attention, instance_->who() + " attention",
+                          rotates_queries_);
   }
 
   std::optional<double> memory_bandwidth_gbps(std::uint64_t bytes) override {
@@ -83,6 +84,7 @@ class HostBackend final : public Backend {
   }
 
   std::unique_ptr<PluginInstance<kvc_backend_table>> instance_;
+  bool rotates_queries_;  // its capabilities declare query_rotation (ABI 1.6)
 };
 
 }  // namespace
@@ -90,8 +92,14 @@ class HostBackend final : public Backend {
 std::unique_ptr<Backend> make_backend(std::shared_ptr<const PluginLibrary> library,
                                       const kvc_component& component,
                                       const std::string& options_json, const std::string& who) {
+  const kvc_capabilities* caps = component.capabilities;
+  const bool rotates = caps != nullptr &&
+                       caps->struct_size >= offsetof(kvc_capabilities, query_rotation) +
+                                                sizeof(caps->query_rotation) &&
+                       caps->query_rotation != 0;
   return std::make_unique<HostBackend>(
-      create_instance<kvc_backend_table>(std::move(library), component, options_json, who));
+      create_instance<kvc_backend_table>(std::move(library), component, options_json, who),
+      rotates);
 }
 
 }  // namespace kvcache::plugin

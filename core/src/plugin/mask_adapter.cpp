@@ -17,7 +17,12 @@ class HostMask final : public AttentionMask {
     kvc_mask_desc d{sizeof(kvc_mask_desc), 0, 0, 0, 0, 0, 0};
     instance_->call(&kvc_mask_table::describe, &d);
     if (d.max_ranges == 0) throw Error(Code::internal, instance_->who() + ": max_ranges is 0");
-    description_ = {static_cast<MaskKind>(d.kind), d.max_ranges, d.window, d.sinks, d.chunk};
+    // The flags are read from masks of ABI 1.6 on (the table has query_positions): an older
+    // one's field was reserved.
+    const bool positioned = instance_->has(&kvc_mask_table::query_positions) &&
+                            (d.flags & KVC_MASK_POSITIONS_IN_CACHE) != 0;
+    description_ = {
+        static_cast<MaskKind>(d.kind), d.max_ranges, d.window, d.sinks, d.chunk, positioned};
   }
 
   // Fixed for the object's life, so it is asked once.
@@ -30,6 +35,27 @@ class HostMask final : public AttentionMask {
     instance_->call(&kvc_mask_table::visible, queries.data(), uint64_t{queries.size()},
                     reinterpret_cast<kvc_range*>(ranges.data()), counts.data());
     check(queries, ranges, counts);
+  }
+
+  void query_positions(std::span<const Position> queries, std::span<const PositionRange> ranges,
+                       std::span<const std::uint32_t> counts,
+                       std::span<Position> positions) const override {
+    const std::size_t max = description_.max_ranges;
+    if (!description_.positions_in_cache)
+      return AttentionMask::query_positions(queries, ranges, counts, positions);
+    if (ranges.size() < queries.size() * max || counts.size() < queries.size() ||
+        positions.size() < queries.size() * max)
+      throw Error(Code::invalid_argument, instance_->who() + ": spans too small");
+    instance_->call(&kvc_mask_table::query_positions, queries.data(), uint64_t{queries.size()},
+                    reinterpret_cast<const kvc_range*>(ranges.data()), counts.data(),
+                    positions.data());
+    for (std::size_t i = 0; i < queries.size(); ++i)
+      for (std::uint32_t k = 0; k < counts[i]; ++k)
+        if (positions[i * max + k] < 0)
+          throw Error(Code::internal, instance_->who() + ": for the query at position " +
+                                          std::to_string(queries[i]) + ", range " +
+                                          std::to_string(k) + " places it at position " +
+                                          std::to_string(positions[i * max + k]) + ", below 0");
   }
 
  private:

@@ -34,6 +34,8 @@ Capabilities capabilities_of(const kvc_component& c) {
     caps.foreign_formats = k->foreign_formats != 0;
     if (k->numerics_json != nullptr) caps.numerics = nlohmann::json::parse(k->numerics_json);
   }
+  if (k->struct_size >= offsetof(kvc_capabilities, query_rotation) + sizeof(k->query_rotation))
+    caps.query_rotation = k->query_rotation != 0;
   return caps;
 }
 

@@ -53,4 +53,40 @@ void attention(const AttentionShape& shape, std::span<const float> q, std::span<
   }
 }
 
+void attention_at_cache_positions(const AttentionShape& shape, const Rope& rope,
+                                  std::span<const float> q, Position q_position,
+                                  std::span<const float> keys, std::span<const float> values,
+                                  std::span<const Position> positions,
+                                  std::span<const PositionRange> visible, float scale,
+                                  std::span<float> out) {
+  const std::size_t d = shape.head_dim, row = shape.kv_heads * d;
+  if (q.size() != shape.q_heads * d || keys.size() != positions.size() * row ||
+      values.size() != keys.size())
+    throw Error(Code::invalid_argument, "reference attention: inconsistent shapes");
+  const std::vector<double> frequencies = rope_frequencies(rope, shape.head_dim);
+  std::vector<float> k, v;
+  std::vector<Position> ranks;
+  Position query_rank = 0;
+  for (std::size_t t = 0; t < positions.size(); ++t) {
+    const Position p = positions[t];
+    if (std::none_of(visible.begin(), visible.end(),
+                     [&](const PositionRange& r) { return p >= r.begin && p < r.end; }))
+      continue;
+    const auto rank = static_cast<Position>(ranks.size());
+    if (p < q_position) query_rank = rank + 1;
+    ranks.push_back(rank);
+    k.insert(k.end(), keys.begin() + t * row, keys.begin() + (t + 1) * row);
+    v.insert(v.end(), values.begin() + t * row, values.begin() + (t + 1) * row);
+    for (std::size_t h = 0; h < shape.kv_heads; ++h)
+      rope_rotate(rope, frequencies, static_cast<double>(rank - p),
+                  std::span<float>(k).subspan((rank * shape.kv_heads + h) * d, d));
+  }
+  std::vector<float> turned(q.begin(), q.end());
+  for (std::size_t h = 0; h < shape.q_heads; ++h)
+    rope_rotate(rope, frequencies, static_cast<double>(query_rank - q_position),
+                std::span<float>(turned).subspan(h * d, d));
+  const PositionRange all{0, static_cast<Position>(ranks.size())};
+  attention(shape, turned, k, v, ranks, std::span<const PositionRange>(&all, 1), scale, out);
+}
+
 }  // namespace kvcache::reference

@@ -1,12 +1,13 @@
-"""python -m kvcache.eval [--masks] ...: the accuracy experiments on SmolLM2-135M-Instruct.
+"""python -m kvcache.eval [--masks | --streaming] ...: the accuracy experiments on SmolLM2-135M-Instruct.
 
 Without --masks, what each storage format costs (llama.cpp's perplexity protocol, see
-formats.py); with --masks, what masks and eviction cost over a long stream (masks.py).
+formats.py); with --masks, what masks and eviction cost over a long stream (masks.py); with
+--streaming, what positions within the cache do past the trained context (streaming.py).
 --smoke runs a small version of the first (what CI runs)."""
 
 import argparse
 
-from kvcache.eval import formats, masks
+from kvcache.eval import formats, masks, streaming
 
 
 def main():
@@ -23,8 +24,20 @@ def main():
     parser.add_argument("--first", type=int, default=1024, help="masks: first token scored")
     parser.add_argument("--window", type=int, default=1024, help="masks: window and budget")
     parser.add_argument("--rows", help="masks: only these rows (names separated by ';')")
+    parser.add_argument("--streaming", action="store_true",
+                        help="the stream past the trained context (streaming.py)")
+    parser.add_argument("--tokens", type=int, default=65536, help="streaming: the stream's length")
+    parser.add_argument("--context", type=int, default=8192,
+                        help="streaming: the trained context (spans, and the dense line's end)")
+    parser.add_argument("--sinks", type=int, default=4, help="streaming: sinks")
+    parser.add_argument("--bucket", type=int, default=1024, help="streaming: tokens per bucket")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
+    if args.streaming:
+        print(streaming.HEADER)
+        streaming.run(args.tokens, args.context, args.sinks, args.window, args.prefill,
+                      args.bucket, args.json, args.rows.split(";") if args.rows else None)
+        return
     if args.masks:
         print(masks.HEADER)
         masks.run(args.streams, args.stream, args.first, args.window, args.prefill, 512,

@@ -1,5 +1,5 @@
-"""python -m kvcache.eval.plot MASKS_JSON OUT_SVG: the masks experiment's perplexity per bucket
-of tokens, one line per row, as a plain SVG (no plotting library needed)."""
+"""python -m kvcache.eval.plot RESULT_JSON OUT_SVG: the masks or streaming experiment's perplexity per
+bucket of tokens, one line per row, as a plain SVG (no plotting library needed)."""
 
 import json
 import math
@@ -7,6 +7,13 @@ import sys
 
 COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf"]
+
+
+def title(result):
+    if "title" in result:
+        return result["title"]
+    return (f'Perplexity per {result["bucket"]}-token bucket (log scale), {result["streams"]} '
+            f'streams of {result["stream"]} tokens, window {result["window"]}')
 
 
 def svg(result, width=760, height=420, margin=60):
@@ -19,9 +26,7 @@ def svg(result, width=760, height=420, margin=60):
     first, size = result["first_scored"], result["bucket"]
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'font-family="sans-serif" font-size="11">',
-           f'<text x="{margin}" y="20" font-size="13">Perplexity per {size}-token bucket '
-           f'(log scale), {result["streams"]} streams of {result["stream"]} tokens, window '
-           f'{result["window"]}</text>',
+           f'<text x="{margin}" y="20" font-size="13">{title(result)}</text>',
            f'<line x1="{margin}" y1="{height - margin}" x2="{width - margin - 200}" '
            f'y2="{height - margin}" stroke="black"/>',
            f'<line x1="{margin}" y1="{margin}" x2="{margin}" y2="{height - margin}" stroke="black"/>']

@@ -48,11 +48,13 @@ class Model:
         return np.concatenate([x[i:i + 1] @ w.T for i in range(len(x))])
 
     def cache_config(self, **sections):
-        """The Cache keywords for this model: its shape, cpu-tbb, then `sections`."""
+        """The Cache keywords for this model: its shape and RoPE (rotate_half: neox), cpu-tbb,
+        then `sections`."""
         c = self.c
         sections.setdefault("backend", ["cpu-tbb"])
         sections["model"] = {"layers": c.layers, "q_heads": c.q_heads, "kv_heads": c.kv_heads,
-                             "head_dim": c.head_dim}
+                             "head_dim": c.head_dim,
+                             "rope": {"theta": c.rope_theta, "style": "neox"}}
         return sections
 
     def step(self, cache, sequences, tokens):
@@ -98,26 +100,33 @@ class Model:
         return np.concatenate([self.step_hidden(cache, [seq], [ids[b:b + chunk]])[0]
                                for b in range(0, len(ids), chunk)])
 
-    def dense_logits(self, ids):
-        """Logits of every token of `ids` from a full recompute, causal attention in float64."""
+    def dense_logits(self, ids, visible=None, cache_positions=False):
+        """Logits of every token of `ids` from a full recompute, attention in float64: causal, or
+        over visible(t), the ascending positions token t sees. With cache_positions, positions
+        as StreamingLLM numbers them within the cache: the keys a query sees rotated at their rank
+        among them, the query at its own rank (the reference of docs/streaming.md)."""
         c = self.c
         ids = np.asarray(ids, np.int64)
         n, group = len(ids), c.q_heads // c.kv_heads
-        positions = np.arange(n)
-        causal = np.tril(np.ones((n, n), bool))
+        visible = visible or (lambda t: np.arange(t + 1))
         x = self.w.embedding[ids]
         for L in self.w.layers:
             h = rms_norm(x, L.attn_norm, c.rms_eps)
-            q = rope((self.linear(h, L.wq)).reshape(n, c.q_heads, c.head_dim), positions, c.rope_theta)
-            k = rope((self.linear(h, L.wk)).reshape(n, c.kv_heads, c.head_dim), positions, c.rope_theta)
-            v = (self.linear(h, L.wv)).reshape(n, c.kv_heads, c.head_dim)
-            k = np.repeat(k.astype(np.float64), group, axis=1)
-            v = np.repeat(v.astype(np.float64), group, axis=1)
-            logits = np.einsum("qhd,khd->hqk", q.astype(np.float64), k) / np.sqrt(c.head_dim)
-            logits = np.where(causal[None], logits, -np.inf)
-            weights = np.exp(logits - logits.max(axis=-1, keepdims=True))
-            weights /= weights.sum(axis=-1, keepdims=True)
-            attended = np.einsum("hqk,khd->qhd", weights, v).astype(np.float32)
+            q = (self.linear(h, L.wq)).reshape(n, c.q_heads, c.head_dim)
+            k = (self.linear(h, L.wk)).reshape(n, c.kv_heads, c.head_dim)
+            v = np.repeat((self.linear(h, L.wv)).reshape(n, c.kv_heads, c.head_dim)
+                          .astype(np.float64), group, axis=1)
+            attended = np.empty((n, c.q_heads, c.head_dim), np.float32)
+            for t in range(n):
+                seen = np.asarray(visible(t))
+                at = np.arange(len(seen)) if cache_positions else seen
+                qt = rope(q[t:t + 1], [np.searchsorted(seen, t) if cache_positions else t],
+                          c.rope_theta)[0].astype(np.float64)
+                kt = np.repeat(rope(k[seen], at, c.rope_theta).astype(np.float64), group, axis=1)
+                logits = np.einsum("hd,khd->hk", qt, kt) / np.sqrt(c.head_dim)
+                weights = np.exp(logits - logits.max(axis=-1, keepdims=True))
+                weights /= weights.sum(axis=-1, keepdims=True)
+                attended[t] = np.einsum("hk,khd->hd", weights, v[seen])
             x = x + self.linear(attended.reshape(n, -1), L.wo)
             h = rms_norm(x, L.ffn_norm, c.rms_eps)
             x = x + self.linear(silu(self.linear(h, L.w_gate)) * self.linear(h, L.w_up), L.w_down)

@@ -13,6 +13,7 @@ namespace kvcache::paging {
 
 struct SlotSpan {
   std::uint64_t begin = 0, end = 0;  // slots [begin, end)
+  std::uint32_t rotation = 0;        // the query's rotation for these slots + 1; 0: none
 };
 
 struct AttentionPlan {
@@ -25,6 +26,13 @@ struct AttentionPlan {
   std::vector<std::uint64_t> shapes;  // per sequence: its Sequence::shape when planned
   // Per query: its visible slots, ascending and non-empty.
   std::vector<std::vector<SlotSpan>> visible;
+  // The query rotations the spans name (a copy: a step's plan outlives its request).
+  RopeStyle rotation_style = RopeStyle::neox;
+  std::uint32_t rotary_dims = 0;
+  std::vector<float> cos_sin;
+  std::size_t rotation_count() const { return rotary_dims == 0 ? 0 : cos_sin.size() / rotary_dims; }
+  // The angles, to turn rows with (which rotation a slot takes is its span's, not in here).
+  QueryRotations angles() const { return {rotation_style, rotary_dims, cos_sin, {}}; }
   std::uint64_t visible_slots(std::uint64_t query) const {
     std::uint64_t n = 0;
     for (const SlotSpan& s : visible[query]) n += s.end - s.begin;

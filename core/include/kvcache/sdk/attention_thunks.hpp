@@ -2,6 +2,7 @@
 // interface. The store handle it receives is one the same plugin made.
 #pragma once
 
+#include <cstddef>
 #include <span>
 
 #include "kvcache/attention.hpp"
@@ -11,11 +12,24 @@
 namespace kvcache::sdk::detail {
 
 struct AttentionThunks {
-  static VisibleRanges visible(const kvc_range* ranges, const std::uint32_t* counts,
-                               std::uint64_t queries, std::uint32_t max_ranges) {
-    return {std::span<const PositionRange>(reinterpret_cast<const PositionRange*>(ranges),
-                                           queries * max_ranges),
-            std::span<const std::uint32_t>(counts, queries), max_ranges};
+  // rotations: those of a host of ABI 1.6 or later (an older one's args end before the field).
+  template <class Args>
+  static VisibleRanges visible(const Args& a) {
+    VisibleRanges v{std::span<const PositionRange>(reinterpret_cast<const PositionRange*>(a.ranges),
+                                                   a.n_queries * a.max_ranges),
+                    std::span<const std::uint32_t>(a.range_counts, a.n_queries),
+                    a.max_ranges,
+                    {}};
+    const bool has_field = a.struct_size >= offsetof(Args, rotations) + sizeof(a.rotations);
+    if (!has_field || a.rotations == nullptr) return v;
+    const kvc_query_rotation& r = *a.rotations;
+    if (r.struct_size < sizeof(kvc_query_rotation) || r.rotary_dims == 0 ||
+        r.range_rotation == nullptr || r.cos_sin == nullptr)
+      throw Error(Code::invalid_argument, "query rotations: incomplete");
+    v.rotations = {static_cast<RopeStyle>(r.style), r.rotary_dims,
+                   std::span<const float>(r.cos_sin, r.n_rotations * r.rotary_dims),
+                   std::span<const std::uint32_t>(r.range_rotation, v.ranges.size())};
+    return v;
   }
   static AttentionRequest request(const kvc_attention_args& a) {
     AttentionRequest r;
@@ -25,7 +39,7 @@ struct AttentionThunks {
       r.query_counts = std::span<const std::uint32_t>(a.query_counts, a.n_sequences);
     r.q = a.q;
     r.out = a.out;
-    r.visible = visible(a.ranges, a.range_counts, a.n_queries, a.max_ranges);
+    r.visible = visible(a);
     r.scale = a.scale;
     r.accumulate_scores = a.accumulate_scores != 0;
     return r;
@@ -46,7 +60,7 @@ struct AttentionThunks {
     r.sequences = std::span<const SeqId>(a.sequences, a.n_sequences);
     if (a.query_counts != nullptr)
       r.query_counts = std::span<const std::uint32_t>(a.query_counts, a.n_sequences);
-    r.visible = visible(a.ranges, a.range_counts, a.n_queries, a.max_ranges);
+    r.visible = visible(a);
     r.scale = a.scale;
     r.accumulate_scores = a.accumulate_scores != 0;
     return r;

@@ -65,6 +65,18 @@ class Options {
     }
   }
 
+  // A string option that names one of `choices` (`fallback` when absent); another value is refused
+  // with the nearest choice.
+  std::string one_of(std::string_view key, std::string fallback,
+                     std::initializer_list<std::string_view> choices) const {
+    const std::string value = get<std::string>(key, std::move(fallback));
+    const std::vector<std::string> names(choices.begin(), choices.end());
+    if (std::find(names.begin(), names.end(), value) != names.end()) return value;
+    throw Error(Code::invalid_argument, "option '" + std::string(key) + "': '" + value +
+                                            "' is not one of " + name_list(names) +
+                                            did_you_mean(value, names));
+  }
+
   // Throws for any option not in `known`, suggesting the nearest known one.
   void only(std::initializer_list<std::string_view> known) const {
     const std::vector<std::string> names(known.begin(), known.end());

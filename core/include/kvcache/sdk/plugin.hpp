@@ -97,7 +97,7 @@ struct MaskThunks {
       kvc_mask_desc c{sizeof(kvc_mask_desc),
                       static_cast<std::uint32_t>(d.kind),
                       d.max_ranges,
-                      0,
+                      d.positions_in_cache ? KVC_MASK_POSITIONS_IN_CACHE : 0u,
                       d.window,
                       d.sinks,
                       d.chunk};
@@ -115,8 +115,21 @@ struct MaskThunks {
           std::span<std::uint32_t>(counts, n));
     });
   }
-  static constexpr kvc_mask_table table{sizeof(kvc_mask_table), &create<T>, &destroy<T>, &describe,
-                                        &visible};
+  static int32_t query_positions(void* instance, const int64_t* queries, uint64_t n,
+                                 const kvc_range* ranges, const uint32_t* counts,
+                                 int64_t* positions, kvc_error* err) noexcept {
+    return guard(err, [&] {
+      const T& mask = self<T>(instance);
+      const std::size_t per_query = mask.describe().max_ranges;
+      mask.query_positions(std::span<const Position>(queries, n),
+                           std::span<const PositionRange>(
+                               reinterpret_cast<const PositionRange*>(ranges), n * per_query),
+                           std::span<const std::uint32_t>(counts, n),
+                           std::span<Position>(positions, n * per_query));
+    });
+  }
+  static constexpr kvc_mask_table table{
+      sizeof(kvc_mask_table), &create<T>, &destroy<T>, &describe, &visible, &query_positions};
 };
 
 // ---- quantizers ----
@@ -340,12 +353,12 @@ class PluginData {
       for (const std::string& f : s.capabilities.formats) formats.push_back(f.c_str());
       const Capabilities& c = s.capabilities;
       const std::string& numerics = numerics_.emplace_back(c.numerics.dump());
-      capabilities_.push_back({sizeof(kvc_capabilities), static_cast<uint32_t>(formats.size()),
-                               formats.data(), static_cast<uint32_t>(c.head_dims.size()),
-                               c.head_dims.data(), static_cast<uint32_t>(c.page_sizes.size()),
-                               c.page_sizes.data(),
-                               c.device_kind.empty() ? nullptr : c.device_kind.c_str(),
-                               c.foreign_formats ? 1u : 0u, 0, numerics.c_str()});
+      capabilities_.push_back(
+          {sizeof(kvc_capabilities), static_cast<uint32_t>(formats.size()), formats.data(),
+           static_cast<uint32_t>(c.head_dims.size()), c.head_dims.data(),
+           static_cast<uint32_t>(c.page_sizes.size()), c.page_sizes.data(),
+           c.device_kind.empty() ? nullptr : c.device_kind.c_str(), c.foreign_formats ? 1u : 0u, 0,
+           numerics.c_str(), c.query_rotation ? 1u : 0u, 0});
       components_.push_back({sizeof(kvc_component), s.kind, s.name.c_str(), s.version.c_str(),
                              &capabilities_.back(), s.availability, s.table});
     }
