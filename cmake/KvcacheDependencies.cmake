@@ -10,4 +10,6 @@ find_package(CLI11 REQUIRED)
 find_package(dlpack REQUIRED)
 find_package(TBB REQUIRED)
 find_package(Threads REQUIRED)
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)  # SHA-256 of the shared tier's keys
+find_path(XXHASH_INCLUDE_DIR xxhash.h REQUIRED)    # XXH3-128 of its values (header only)
 find_package(GTest REQUIRED)                      # the conformance cases, in the tool and ctest

@@ -7,6 +7,7 @@ packages=(
   cmake ninja-build g++ ccache git clang-format python3-dev python3-venv
   libboost-dev libboost-context-dev libtbb-dev libspdlog-dev libfmt-dev libyaml-cpp-dev nlohmann-json3-dev
   libcli11-dev libdlpack-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libssl-dev libxxhash-dev  # the shared tier: SHA-256 keys, XXH3-128 digests
   hipcc libamdhip64-dev  # the ROCm/HIP backend builds everywhere (CUDA uses nvcc when present)
 )
 if [[ "${1:-}" == "--fuzz" ]]; then

@@ -104,6 +104,20 @@ void PagedStore::move_slots(std::span<const paging::SlotMove> moves) {
   }
 }
 
+void PagedStore::read_page(PageId page, std::span<std::byte> image) const {
+  std::byte* out = image.data();
+  for_each_tile(page,
+                [&](const std::byte* t, std::size_t bytes) { out = std::copy_n(t, bytes, out); });
+}
+
+void PagedStore::write_page(PageId page, std::span<const std::byte> image) {
+  const std::byte* in = image.data();
+  for_each_tile(page, [&](std::byte* t, std::size_t bytes) {
+    std::copy_n(in, bytes, t);
+    in += bytes;
+  });
+}
+
 void PagedStore::encode_groups(const Sequence& s, std::uint32_t layer, std::uint32_t head,
                                bool value, std::uint64_t begin, std::uint64_t end,
                                std::uint64_t append_begin, std::uint64_t append_end,

@@ -71,6 +71,16 @@ class PagedStore final : public paging::PagedStoreBase {
   void poison(PageId page, std::uint32_t from_slot) override;
   void copy_page(PageId from, PageId to) override;
   void move_slots(std::span<const paging::SlotMove> moves) override;
+  void read_page(PageId page, std::span<std::byte> image) const override;
+  void write_page(PageId page, std::span<const std::byte> image) override;
+  // Calls copy(tile, bytes) for every tile of `page` in the order of its image.
+  template <typename Copy>
+  void for_each_tile(PageId page, Copy copy) const {
+    for (std::uint32_t layer = 0; layer < spec().model.layers; ++layer)
+      for (const bool value : {false, true})
+        for (std::uint32_t h = 0; h < spec().model.kv_heads; ++h)
+          copy(tile(page, layer, h, value), codec(value).layout().tile_bytes);
+  }
   // Encodes the complete token groups that overlap slots [begin, end) of an append covering
   // [append_begin, append_end): rows before append_begin come from the residual, the others
   // from `rows`. `group_rows` holds group * head_dim floats.

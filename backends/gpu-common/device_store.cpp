@@ -338,6 +338,31 @@ void DeviceStore::copy_page(paging::PageId from, paging::PageId to) {
   stream_.synchronize();
 }
 
+// Tile by tile: a tile's stride may pad it, and the image does not.
+void DeviceStore::read_page(paging::PageId page, std::span<std::byte> image) const {
+  stream_.activate();
+  std::byte* out = image.data();
+  for (std::uint32_t layer = 0; layer < book_.spec().model.layers; ++layer)
+    for (const bool value : {false, true}) {
+      const DeviceFormat& f = value ? pools_.v : pools_.k;
+      for (std::uint32_t h = 0; h < pools_.kv_heads; ++h, out += f.tile_bytes)
+        stream_.download(out, pools_.tile(layer, page, h, value), f.tile_bytes);
+    }
+  stream_.synchronize();
+}
+
+void DeviceStore::write_page(paging::PageId page, std::span<const std::byte> image) {
+  stream_.activate();
+  const std::byte* in = image.data();
+  for (std::uint32_t layer = 0; layer < book_.spec().model.layers; ++layer)
+    for (const bool value : {false, true}) {
+      const DeviceFormat& f = value ? pools_.v : pools_.k;
+      for (std::uint32_t h = 0; h < pools_.kv_heads; ++h, in += f.tile_bytes)
+        stream_.upload(pools_.tile(layer, page, h, value), in, f.tile_bytes);
+    }
+  stream_.synchronize();
+}
+
 void DeviceStore::move_slots(std::span<const paging::SlotMove> moves) {
   if (moves.empty()) return;
   const std::uint64_t n = moves.size();

@@ -70,6 +70,8 @@ class DeviceStore final : public paging::PagedStoreBase {
   void poison(paging::PageId page, std::uint32_t from_slot) override;
   void copy_page(paging::PageId from, paging::PageId to) override;
   void move_slots(std::span<const paging::SlotMove> moves) override;
+  void read_page(paging::PageId page, std::span<std::byte> image) const override;
+  void write_page(paging::PageId page, std::span<const std::byte> image) override;
 
   Stream stream_;
   DeviceBuffer memory_;

@@ -4,8 +4,10 @@
 // may call it: calls are serialized, and one step is open at a time (docs/cache.md, "Threads").
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -20,6 +22,7 @@
 #include "kvcache/eviction_report.hpp"
 #include "kvcache/export.hpp"
 #include "kvcache/registry.hpp"
+#include "kvcache/remote/tier_stats.hpp"
 #include "kvcache/step.hpp"
 #include "kvcache/tensor.hpp"
 
@@ -61,6 +64,14 @@ class KVCACHE_API Cache {
   // full pages for reuse once written.
   std::uint64_t match_prefix(SeqId sequence, std::span<const std::int32_t> token_ids);
   void publish_prefix(SeqId sequence, std::span<const std::int32_t> token_ids);
+  // Tokens of token_ids that match_prefix would reuse now: the local prefix, then, with a shared
+  // tier (a `remote:` section, docs/remote-tier.md), the pages its store holds. Changes nothing.
+  std::uint64_t lookup_prefix(std::span<const std::int32_t> token_ids);
+  // Waits until the pages published so far are in the shared store (or dropped, counted); false
+  // if the deadline passed first. True without a tier.
+  bool flush_remote(std::chrono::milliseconds deadline = std::chrono::seconds(10));
+  // The shared tier's counters; nullopt without a tier.
+  std::optional<remote::TierStats> remote_stats() const;
 
   // One engine step: reserves new_tokens[i] tokens for sequences[i] and plans attention once
   // for every layer (see kvcache/step.hpp). Throws CacheFull when the tokens do not fit even

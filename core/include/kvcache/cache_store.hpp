@@ -106,6 +106,16 @@ struct PageTable {
   std::vector<std::int32_t> last_page_len;
 };
 
+// What import_page did: made the page, found an equal page published already (nothing
+// changed), or found no page free or cached to hold it (nothing changed).
+enum class PageImport : std::uint32_t { imported = 0, present = 1, no_room = 2 };
+
+// Bytes of one page's image (see CacheStore::export_page).
+inline std::uint64_t page_image_bytes(const StoreInfo& info, const ModelShape& model) {
+  return std::uint64_t{model.layers} * model.kv_heads *
+         (info.k_format.tile_bytes + info.v_format.tile_bytes);
+}
+
 class CacheStore {
  public:
   virtual ~CacheStore() = default;
@@ -153,6 +163,32 @@ class CacheStore {
   virtual std::uint64_t match_prefix(SeqId sequence, std::span<const std::int32_t> token_ids) = 0;
   // Drops up to `count` cached pages, least recently used first; returns how many.
   virtual std::uint64_t evict_cached(std::uint64_t count) = 0;
+
+  // Tokens that match_prefix(token_ids) would reuse now, without attaching anything. The
+  // default says 0 (no prefix reuse known); stores built on paging::PagedStoreBase answer.
+  virtual std::uint64_t lookup_prefix(std::span<const std::int32_t> token_ids) const {
+    (void)token_ids;
+    return 0;
+  }
+
+  // Pages that travel (docs/remote-tier.md). A page's image is every layer's K tiles of each KV
+  // head, then its V tiles, each in its format's tile layout: page_image_bytes(info(), model)
+  // in all. export_page copies `page` (an index of page_table()) into `image`. import_page makes
+  // `image` a cached, published, unreferenced page: the last full page of token_ids (a multiple
+  // of page_size tokens, the tokens at positions 0, 1, ...), as if a sequence had written and
+  // published it; a later match_prefix attaches it. Both all or nothing. The defaults refuse
+  // (Error(unsupported)): such a store has no shared tier.
+  virtual void export_page(std::uint32_t page, std::span<std::byte> image) const {
+    (void)image;
+    throw Error(Code::unsupported,
+                "this store cannot export pages (page " + std::to_string(page) + ")");
+  }
+  virtual PageImport import_page(std::span<const std::int32_t> token_ids,
+                                 std::span<const std::byte> image) {
+    (void)token_ids;
+    (void)image;
+    throw Error(Code::unsupported, "this store cannot import pages");
+  }
 
   virtual PageTable page_table(std::span<const SeqId> sequences) const = 0;
   // Decoded K and V of one layer of a sequence, [written, kv_heads, head_dim] float32.

@@ -81,6 +81,22 @@ struct PluginSettings {
   std::vector<RequiredPlugin> required;  // plugins.required
 };
 
+// remote: the shared tier (docs/remote-tier.md). Absent: the prefix cache ends at the process.
+struct RemoteSettings {
+  ComponentChoice transport;           // "memory" (in-process); its options beside the name
+  std::vector<std::string> endpoints;  // the transport's: a memory space's name, host:port, ...
+  std::string label = "default";       // namespace.label: in every key (ACLs separate tenants)
+  std::string salt_env;                // namespace.salt_env: the variable holding its secret
+  std::string model;                   // the model's identity (weights): required
+  std::uint64_t queue_bytes = 256ull << 20;  // write.queue: staged writes at most
+  std::uint32_t min_pages = 1;               // read.min_pages: ask the store for no fewer
+  std::uint32_t batch_pages = 64;            // read.batch_pages: keys per probe and get
+  std::uint32_t deadline_ms = 2000;          // read.deadline_ms: one prefix's pull at most
+  std::uint32_t breaker_failures = 3;        // breaker.failures: in a row, to open it
+  std::uint32_t breaker_open_ms = 10000;     // breaker.open_ms: how long it stays open
+  SourceLocation where;                      // of the section
+};
+
 struct Config {
   std::string origin;  // file path or "<embedded default>"
   ModelShape model;
@@ -103,6 +119,7 @@ struct Config {
   ComponentChoice mask;
   ComponentChoice eviction;  // name "none": no eviction
   PluginSettings plugins;
+  std::optional<RemoteSettings> remote;
   std::vector<Diagnostic> warnings;  // e.g. an unknown KVCACHE_* variable
 };
 

@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 #define KVC_ABI_MAJOR 1
-#define KVC_ABI_MINOR 6
+#define KVC_ABI_MINOR 7
 #define KVC_ENTRY_SYMBOL "kvcache_plugin_entry"
 
 /* ---- status ------------------------------------------------------------------------------- */
@@ -339,7 +339,20 @@ typedef struct kvc_store_table {
   /* ABI 1.5 (a 1.4 table ends before it; NULL is allowed): gives back the newest `tokens` reserved
      slots of the sequence, written or not, all or nothing (an unfinished step undone). */
   int32_t (*unreserve)(void* store, uint64_t sequence, uint64_t tokens, kvc_error* err);
+  /* ABI 1.7 (a 1.6 table ends before these; NULL is allowed, and then the store has no shared
+     tier; see kvcache/cache_store.hpp). lookup_prefix: *tokens = what match_prefix would reuse
+     now, attaching nothing. export_page: copies the page's image into out (size bytes, exactly
+     one image). import_page: the image becomes the cached published page of the tokens' last
+     full page; *result = a kvc_page_import value. */
+  int32_t (*lookup_prefix)(void* store, const int32_t* token_ids, uint64_t n, uint64_t* tokens,
+                           kvc_error* err);
+  int32_t (*export_page)(void* store, uint32_t page, void* out, uint64_t size, kvc_error* err);
+  int32_t (*import_page)(void* store, const int32_t* token_ids, uint64_t n, const void* image,
+                         uint64_t size, uint32_t* result, kvc_error* err);
 } kvc_store_table;
+
+/* What import_page did (ABI 1.7). */
+enum { KVC_PAGE_IMPORTED = 0, KVC_PAGE_PRESENT = 1, KVC_PAGE_NO_ROOM = 2 };
 
 /* ---- attention ---------------------------------------------------------------------------- */
 

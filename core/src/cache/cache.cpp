@@ -1,6 +1,7 @@
 #include "kvcache/cache.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <iterator>
 #include <map>
@@ -12,6 +13,7 @@
 
 #include "cache/cache_impl.hpp"
 #include "kvcache/formats.hpp"
+#include "kvcache/remote/transports.hpp"
 
 namespace kvcache {
 
@@ -163,7 +165,7 @@ void Cache::Impl::attend(std::uint32_t layer, std::span<const SeqId> ids,
   request.out = &out;
   request.visible = visible.view();
   request.accumulate_scores = wants_scores();
-  counts.empty() ? attention->decode(*store, request) : attention->prefill(*store, request);
+  counts.empty() ? attention->decode(*kv, request) : attention->prefill(*kv, request);
 }
 
 void rethrow_with(EvictionReport report, bool always) {
@@ -207,6 +209,45 @@ StoreSpec store_spec(const Config& config) {
 StoreSpec store_spec(const Config& config, const Registry& registry) {
   return with_codecs(store_spec(config), registry);
 }
+
+namespace {
+
+// Puts the shared tier in front of the store. A store that cannot copy pages (a plugin before
+// ABI 1.7) keeps working without it, saying so.
+void attach_tier(Cache::Impl& impl, const RemoteSettings& remote, const Config& config) {
+  remote::TierSettings settings;
+  settings.label = remote.label;
+  if (!remote.salt_env.empty()) {
+    const char* salt = std::getenv(remote.salt_env.c_str());
+    if (salt == nullptr)
+      throw Error(Code::invalid_argument,
+                  "remote.namespace.salt_env names " + remote.salt_env + ", which is not set");
+    settings.salt = salt;
+  }
+  settings.model = remote.model;
+  settings.formats = {config.k_quantizer.name, config.k_quantizer.options, config.v_quantizer.name,
+                      config.v_quantizer.options};
+  settings.queue_bytes = remote.queue_bytes;
+  settings.min_pages = remote.min_pages;
+  settings.batch_pages = remote.batch_pages;
+  settings.deadline = std::chrono::milliseconds(remote.deadline_ms);
+  settings.breaker_failures = remote.breaker_failures;
+  settings.breaker_open = std::chrono::milliseconds(remote.breaker_open_ms);
+  std::unique_ptr<remote::ByteStore> transport = remote::make_transport(remote);
+  if (const auto why = remote::TieredStore::unsupported(*impl.store, config.model)) {
+    spdlog::warn("shared tier off: backend {}: {}", impl.backend_name, *why);
+    return;
+  }
+  const std::string where = transport->describe();
+  auto tier = std::make_unique<remote::TieredStore>(std::move(impl.store), std::move(transport),
+                                                    config.model, std::move(settings));
+  impl.tier = tier.get();
+  impl.kv = &tier->inner();
+  impl.store = std::move(tier);
+  spdlog::info("shared tier: {} (namespace {})", where, remote.label);
+}
+
+}  // namespace
 
 std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const Registry> registry) {
   auto impl = std::make_unique<Impl>();
@@ -254,6 +295,8 @@ std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const R
   impl->page_size = config.cache.page_size;
   impl->backend = registry->create_backend(backend->name, backend->options);
   impl->store = impl->backend->create_store(spec);
+  impl->kv = impl->store.get();
+  if (config.remote) attach_tier(*impl, *config.remote, config);
   impl->attention = impl->backend->create_attention();
   return std::unique_ptr<Cache>(new Cache(std::move(impl)));
 }
@@ -330,6 +373,22 @@ void Cache::publish_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
   impl_->refuse_for_step_member("publish_prefix", id);
   impl_->info(id);
   impl_->store->publish_prefix(id, token_ids);
+}
+
+std::uint64_t Cache::lookup_prefix(std::span<const std::int32_t> token_ids) {
+  const std::lock_guard lock(impl_->mutex);
+  return impl_->tier != nullptr ? impl_->tier->remote_lookup(token_ids)
+                                : impl_->store->lookup_prefix(token_ids);
+}
+
+bool Cache::flush_remote(std::chrono::milliseconds deadline) {
+  // Not under the Cache's lock: the writer needs none, and steps may go on meanwhile.
+  return impl_->tier == nullptr || impl_->tier->flush(deadline);
+}
+
+std::optional<remote::TierStats> Cache::remote_stats() const {
+  if (impl_->tier == nullptr) return std::nullopt;
+  return impl_->tier->tier_stats();
 }
 
 EvictionReport Cache::Impl::reserve(std::vector<SeqId>& batch, std::vector<std::uint32_t>& counts) {

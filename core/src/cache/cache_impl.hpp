@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kvcache/cache.hpp"
+#include "kvcache/remote/tiered_store.hpp"
 #include "kvcache/rope.hpp"
 
 namespace kvcache {
@@ -40,6 +41,10 @@ struct Cache::Impl {
   ModelShape model;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<CacheStore> store;
+  // The backend's own store, which its attention reads: `store` itself, or the one under the
+  // shared tier (`tier`, null without a remote section).
+  CacheStore* kv = nullptr;
+  remote::TieredStore* tier = nullptr;
   std::unique_ptr<Attention> attention;
   std::unique_ptr<AttentionMask> mask;
   // When the mask places queries within the cache: the model's RoPE and its frequencies.

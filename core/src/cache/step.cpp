@@ -39,7 +39,7 @@ struct Step::State {
                   std::string(call) + ": layer " + std::to_string(index) +
                       (state == Layer::untouched ? " has not been appended in this step"
                                                  : " was already attended in this step"));
-    cache->attention->run(*cache->store, *plan, index, q, out);
+    cache->attention->run(*cache->kv, *plan, index, q, out);
     state = Layer::attended;
   }
 };
@@ -164,7 +164,7 @@ Step Cache::begin_step(std::span<const SeqId> ids, std::span<const std::uint32_t
     request.query_counts = counts;
     request.visible = visible.view();
     request.accumulate_scores = c.wants_scores();
-    s->plan = c.attention->plan(*c.store, request);
+    s->plan = c.attention->plan(*c.kv, request);
   } catch (...) {  // the mask or the plan failed: the reserve is undone, its evictions reported
     c.undo_reserve(s->sequences, s->new_tokens);
     rethrow_with(std::move(s->report));

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -102,6 +103,8 @@ class Overlay {
                    const Field& value);
   void cache_key(YamlReader& reader, const std::string& key, const Field& value);
   void plugins_key(YamlReader& reader, const std::string& key, const Field& value);
+  void remote_key(YamlReader& reader, RemoteSettings& remote, const std::string& key,
+                  const Field& value);
   void quantizer_key(YamlReader& reader, const std::string& key, const Field& value);
   bool formats_given_ = false;  // one of format and quantizer, once
   void backend_list(YamlReader& reader, const Field& value);
@@ -126,7 +129,7 @@ void Overlay::apply_yaml(std::string_view text, const std::string& origin) {
   formats_given_ = false;  // per document: each may restate what the one before it said
   reader.for_each_entry(
       reader.root(*document),
-      {"model", "backend", "cache", "format", "quantizer", "mask", "eviction", "plugins"},
+      {"model", "backend", "cache", "format", "quantizer", "mask", "eviction", "plugins", "remote"},
       [&](const std::string& name, const Field& value) { section(reader, name, value); });
 }
 
@@ -169,6 +172,67 @@ void Overlay::section(YamlReader& reader, const std::string& name, const Field& 
     component(reader, value, config_.eviction);
   } else if (name == "plugins") {
     reader.for_each_entry(value, {"paths", "required"}, visit(&Overlay::plugins_key));
+  } else if (name == "remote") {
+    // A mapping states what differs from the section before it, or from the defaults.
+    RemoteSettings remote;
+    remote.where = value.where;
+    if (config_.remote) remote = *config_.remote;
+    const std::size_t errors = errors_.size();
+    reader.for_each_entry(
+        value, {"transport", "endpoints", "namespace", "model", "write", "read", "breaker"},
+        [&](const std::string& k, const Field& f) { remote_key(reader, remote, k, f); });
+    if (errors_.size() == errors && value.node.IsMap()) config_.remote = remote;
+  }
+}
+
+void Overlay::remote_key(YamlReader& reader, RemoteSettings& remote, const std::string& key,
+                         const Field& value) {
+  const auto nested = [&](std::initializer_list<std::string_view> keys, auto read) {
+    reader.for_each_entry(value, keys, read);
+  };
+  const auto count = [&](const Field& f, std::uint32_t& out) {
+    if (const auto n = reader.positive_int(f)) out = *n;
+  };
+  if (key == "transport") {
+    component(reader, value, remote.transport);
+  } else if (key == "endpoints") {
+    const auto items = reader.items(value, "a list of endpoints");
+    if (!items) return;
+    remote.endpoints.clear();
+    for (const Field& item : *items)
+      if (const auto endpoint = reader.text(item, "an endpoint"))
+        remote.endpoints.push_back(*endpoint);
+  } else if (key == "model") {
+    if (const auto model = reader.text(value, "the model's identity")) remote.model = *model;
+  } else if (key == "namespace") {
+    nested({"label", "salt_env"}, [&](const std::string& k, const Field& f) {
+      const auto text = reader.text(f, k == "label" ? "a label" : "a variable's name");
+      if (!text) return;
+      const bool plain = std::all_of(text->begin(), text->end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+      });
+      if (!plain)
+        reader.error(f,
+                     "expected letters, digits, '_', '-' or '.' (it is part of every key), "
+                     "got '" +
+                         *text + "'");
+      else
+        (k == "label" ? remote.label : remote.salt_env) = *text;
+    });
+  } else if (key == "write") {
+    nested({"queue"}, [&](const std::string&, const Field& f) {
+      if (const auto bytes = reader.size(f)) remote.queue_bytes = *bytes;
+    });
+  } else if (key == "read") {
+    nested({"min_pages", "batch_pages", "deadline_ms"}, [&](const std::string& k, const Field& f) {
+      count(f, k == "min_pages"     ? remote.min_pages
+               : k == "batch_pages" ? remote.batch_pages
+                                    : remote.deadline_ms);
+    });
+  } else if (key == "breaker") {
+    nested({"failures", "open_ms"}, [&](const std::string& k, const Field& f) {
+      count(f, k == "failures" ? remote.breaker_failures : remote.breaker_open_ms);
+    });
   }
 }
 
@@ -487,6 +551,17 @@ void Overlay::apply_environment(const Environment& env) {
 }
 
 void Overlay::check() {
+  if (config_.remote && config_.remote->transport.name.empty())
+    errors_.push_back({Diagnostic::Severity::error, config_.remote->where, "remote.transport",
+                       "the shared tier needs a transport (e.g. transport: memory)"});
+  if (config_.remote && config_.remote->model.empty())
+    errors_.push_back({Diagnostic::Severity::error, config_.remote->where, "remote.model",
+                       "the shared tier needs the model's identity (e.g. model: "
+                       "\"smollm2-135m@<weights sha256>\"), so that only hosts running the same "
+                       "weights share pages"});
+  if (config_.remote && !config_.cache.prefix_caching)
+    errors_.push_back({Diagnostic::Severity::error, config_.remote->where, "remote",
+                       "the shared tier shares prefix pages: it needs cache.prefix_caching: true"});
   const ModelShape& model = config_.model;
   if (head_count_unreadable_ || model.kv_heads == 0 || model.q_heads % model.kv_heads == 0) return;
   // Point at what the user wrote: kv_heads, unless only q_heads was changed from the default.
@@ -717,6 +792,28 @@ std::string to_yaml(const Config& config) {
   out << YAML::Key << "required" << YAML::Value << YAML::BeginSeq;
   for (const RequiredPlugin& plugin : config.plugins.required) out << plugin.name;
   out << YAML::EndSeq << YAML::EndMap;
+  if (config.remote) {
+    const RemoteSettings& r = *config.remote;
+    out << YAML::Key << "remote" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "transport" << YAML::Value << YAML::Flow;
+    emit_component(out, r.transport);
+    out << YAML::Key << "endpoints" << YAML::Value << YAML::Flow << r.endpoints;
+    out << YAML::Key << "namespace" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "label" << YAML::Value << r.label;
+    if (!r.salt_env.empty()) out << YAML::Key << "salt_env" << YAML::Value << r.salt_env;
+    out << YAML::EndMap;
+    out << YAML::Key << "model" << YAML::Value << YAML::DoubleQuoted << r.model;
+    out << YAML::Key << "write" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "queue" << YAML::Value << format_size(r.queue_bytes) << YAML::EndMap;
+    out << YAML::Key << "read" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "min_pages" << YAML::Value << r.min_pages;
+    out << YAML::Key << "batch_pages" << YAML::Value << r.batch_pages;
+    out << YAML::Key << "deadline_ms" << YAML::Value << r.deadline_ms << YAML::EndMap;
+    out << YAML::Key << "breaker" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "failures" << YAML::Value << r.breaker_failures;
+    out << YAML::Key << "open_ms" << YAML::Value << r.breaker_open_ms << YAML::EndMap;
+    out << YAML::EndMap;
+  }
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }

@@ -8,6 +8,7 @@
 #include "kvcache/mask.hpp"
 #include "kvcache/nearest_name.hpp"
 #include "kvcache/registry.hpp"
+#include "kvcache/remote/transports.hpp"
 #include "kvcache/rope.hpp"
 
 namespace kvcache {
@@ -113,6 +114,11 @@ std::vector<Diagnostic> check_components(const Config& config, const Registry& r
         out);
     if (drops) out.push_back(*drops);
   }
+  if (config.remote)
+    check_choice(
+        config.remote->transport, "remote.transport",
+        [&](const std::string&, const nlohmann::json&) { remote::make_transport(*config.remote); },
+        out);
   return out;
 }
 

@@ -395,6 +395,52 @@ std::uint64_t PageBook::match_prefix(SeqId id, std::span<const std::int32_t> tok
   return s.length;
 }
 
+std::uint64_t PageBook::lookup_prefix(std::span<const std::int32_t> token_ids) const {
+  if (!spec_.prefix_caching) return 0;
+  const std::uint32_t page_size = spec_.page_size;
+  std::uint64_t parent = 0, pages = 0;
+  for (; (pages + 1) * page_size <= token_ids.size(); ++pages) {
+    const auto tokens = token_ids.subspan(pages * page_size, page_size);
+    const std::uint64_t hash = PrefixIndex::chain(parent, tokens);
+    if (!prefix_.find(parent, hash, tokens)) break;
+    parent = hash;
+  }
+  return pages * page_size;
+}
+
+PageImport PageBook::import_page(std::span<const std::int32_t> token_ids,
+                                 std::span<const std::byte> image) {
+  const std::uint32_t page_size = spec_.page_size;
+  if (token_ids.empty() || token_ids.size() % page_size != 0)
+    throw Error(Code::invalid_argument, "import_page takes the tokens of whole pages; got " +
+                                            std::to_string(token_ids.size()) +
+                                            " tokens for pages of " + std::to_string(page_size));
+  if (!spec_.prefix_caching)
+    throw Error(Code::unsupported, "import_page: this store keeps no prefix cache");
+  const std::uint64_t index = token_ids.size() / page_size - 1;
+  std::uint64_t parent = 0;
+  for (std::uint64_t i = 0; i < index; ++i)
+    parent = PrefixIndex::chain(parent, token_ids.subspan(i * page_size, page_size));
+  const auto tokens = token_ids.subspan(index * page_size, page_size);
+  const std::uint64_t hash = PrefixIndex::chain(parent, tokens);
+  if (prefix_.find(parent, hash, tokens)) return PageImport::present;
+  if (pool_.free_count() == 0 && pool_.cached_count() == 0) return PageImport::no_room;
+  const PageId page = take_page();
+  try {
+    memory_.write_page(page, image);
+  } catch (...) {
+    pool_.release(page, false);
+    throw;
+  }
+  Position* at = slot_positions(page);
+  for (std::uint32_t slot = 0; slot < page_size; ++slot)
+    at[slot] = static_cast<Position>(index * page_size + slot);
+  fill_[page] = page_size;
+  prefix_.publish(page, parent, hash, tokens);
+  release_page(page);  // published: it stays, cached
+  return PageImport::imported;
+}
+
 std::uint64_t PageBook::evict_cached(std::uint64_t count) {
   std::uint64_t evicted = 0;
   for (; evicted < count && pool_.cached_count() > 0; ++evicted)

@@ -83,6 +83,31 @@ std::uint64_t PagedStoreBase::evict_cached(std::uint64_t count) {
   return book_.evict_cached(count);
 }
 
+std::uint64_t PagedStoreBase::lookup_prefix(std::span<const std::int32_t> token_ids) const {
+  std::shared_lock lock(mutex_);
+  return book_.lookup_prefix(token_ids);
+}
+
+void PagedStoreBase::check_image(std::uint64_t bytes) const {
+  if (bytes != page_bytes_)
+    throw Error(Code::invalid_argument, "a page image is " + std::to_string(page_bytes_) +
+                                            " bytes here; got " + std::to_string(bytes));
+}
+
+void PagedStoreBase::export_page(std::uint32_t page, std::span<std::byte> image) const {
+  check_image(image.size());
+  book_.check_tile(page, 0, 0);
+  std::shared_lock lock(mutex_);
+  read_page(page, image);
+}
+
+PageImport PagedStoreBase::import_page(std::span<const std::int32_t> token_ids,
+                                       std::span<const std::byte> image) {
+  check_image(image.size());
+  std::unique_lock lock(mutex_);
+  return book_.import_page(token_ids, image);
+}
+
 PageTable PagedStoreBase::page_table(std::span<const SeqId> ids) const {
   std::shared_lock lock(mutex_);
   return book_.page_table(ids);

@@ -109,6 +109,30 @@ class HostStore final : public CacheStore {
                   s_->who() + ": the store predates ABI 1.5 and cannot give back reserved slots");
     s_->call(&kvc_store_table::unreserve, id, uint64_t{tokens});
   }
+  std::uint64_t lookup_prefix(std::span<const std::int32_t> tokens) const override {
+    if (!s_->has(&kvc_store_table::lookup_prefix)) return 0;
+    uint64_t n = 0;
+    s_->call(&kvc_store_table::lookup_prefix, tokens.data(), uint64_t{tokens.size()}, &n);
+    return n;
+  }
+  void export_page(std::uint32_t page, std::span<std::byte> image) const override {
+    if (!s_->has(&kvc_store_table::export_page))
+      throw Error(Code::unsupported, s_->who() + ": the store predates ABI 1.7 (no shared tier)");
+    s_->call(&kvc_store_table::export_page, page, static_cast<void*>(image.data()),
+             uint64_t{image.size()});
+  }
+  PageImport import_page(std::span<const std::int32_t> tokens,
+                         std::span<const std::byte> image) override {
+    if (!s_->has(&kvc_store_table::import_page))
+      throw Error(Code::unsupported, s_->who() + ": the store predates ABI 1.7 (no shared tier)");
+    uint32_t result = 0;
+    s_->call(&kvc_store_table::import_page, tokens.data(), uint64_t{tokens.size()},
+             static_cast<const void*>(image.data()), uint64_t{image.size()}, &result);
+    if (result > static_cast<uint32_t>(PageImport::no_room))
+      throw Error(Code::internal, s_->who() + ": import_page answered " + std::to_string(result) +
+                                      ", not a kvc_page_import value");
+    return static_cast<PageImport>(result);
+  }
   void gather(std::uint32_t layer, SeqId id, DLTensor& k, DLTensor& v) const override {
     s_->call(&kvc_store_table::gather, layer, id, &k, &v);
   }

@@ -38,6 +38,18 @@ class PageMemory {
   // Moves towards the front of one sequence, applied as if one after the other: a destination
   // may be the source of an earlier move, never of a later one.
   virtual void move_slots(std::span<const SlotMove> moves) = 0;
+  // A page's image (CacheStore::export_page): every layer's K tiles of each KV head, then V's.
+  // The defaults refuse (Error(unsupported)): a store that keeps them has no shared tier.
+  virtual void read_page(PageId page, std::span<std::byte> image) const {
+    (void)image;
+    throw Error(Code::unsupported,
+                "this store cannot copy pages out (page " + std::to_string(page) + ")");
+  }
+  virtual void write_page(PageId page, std::span<const std::byte> image) {
+    (void)image;
+    throw Error(Code::unsupported,
+                "this store cannot copy pages in (page " + std::to_string(page) + ")");
+  }
 };
 
 class PageBook {
@@ -88,6 +100,10 @@ class PageBook {
   std::vector<Position> positions(SeqId id) const;
   void publish_prefix(SeqId id, std::span<const std::int32_t> token_ids);
   std::uint64_t match_prefix(SeqId id, std::span<const std::int32_t> token_ids);
+  std::uint64_t lookup_prefix(std::span<const std::int32_t> token_ids) const;
+  // CacheStore::import_page: `image` (page_image_bytes long, checked by the caller) becomes the
+  // cached published page of token_ids' last full page.
+  PageImport import_page(std::span<const std::int32_t> token_ids, std::span<const std::byte> image);
   std::uint64_t evict_cached(std::uint64_t count);
   PageTable page_table(std::span<const SeqId> ids) const;
 

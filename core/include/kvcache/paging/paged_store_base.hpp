@@ -30,6 +30,10 @@ class PagedStoreBase : public CacheStore, protected PageMemory {
   void publish_prefix(SeqId sequence, std::span<const std::int32_t> token_ids) override;
   std::uint64_t match_prefix(SeqId sequence, std::span<const std::int32_t> token_ids) override;
   std::uint64_t evict_cached(std::uint64_t count) override;
+  std::uint64_t lookup_prefix(std::span<const std::int32_t> token_ids) const override;
+  void export_page(std::uint32_t page, std::span<std::byte> image) const override;
+  PageImport import_page(std::span<const std::int32_t> token_ids,
+                         std::span<const std::byte> image) override;
   PageTable page_table(std::span<const SeqId> sequences) const override;
   std::vector<float> scores(SeqId sequence) const override;
 
@@ -49,6 +53,9 @@ class PagedStoreBase : public CacheStore, protected PageMemory {
   mutable std::shared_mutex mutex_;
 
  private:
+  // Error(invalid_argument) unless an image of `bytes` is one page's.
+  void check_image(std::uint64_t bytes) const;
+
   StoreFormat k_format_, v_format_;
   std::uint64_t page_bytes_ = 0;
 };

@@ -77,6 +77,25 @@ struct StoreThunks {
   static int32_t unreserve(void* s, uint64_t id, uint64_t tokens, kvc_error* err) noexcept {
     return guard(err, [&] { store(s).unreserve(id, tokens); });
   }
+  static int32_t lookup_prefix(void* s, const int32_t* tokens, uint64_t n, uint64_t* out,
+                               kvc_error* err) noexcept {
+    return guard(err,
+                 [&] { *out = store(s).lookup_prefix(std::span<const std::int32_t>(tokens, n)); });
+  }
+  static int32_t export_page(void* s, uint32_t page, void* out, uint64_t size,
+                             kvc_error* err) noexcept {
+    return guard(err, [&] {
+      store(s).export_page(page, std::span<std::byte>(static_cast<std::byte*>(out), size));
+    });
+  }
+  static int32_t import_page(void* s, const int32_t* tokens, uint64_t n, const void* image,
+                             uint64_t size, uint32_t* result, kvc_error* err) noexcept {
+    return guard(err, [&] {
+      *result = static_cast<uint32_t>(store(s).import_page(
+          std::span<const std::int32_t>(tokens, n),
+          std::span<const std::byte>(static_cast<const std::byte*>(image), size)));
+    });
+  }
   static int32_t drop(void* s, uint64_t id, const kvc_range* ranges, uint64_t n, uint64_t* dropped,
                       kvc_error* err) noexcept {
     return guard(err, [&] {
@@ -166,7 +185,10 @@ struct StoreThunks {
                                          &read_tile,
                                          &scores,
                                          &format,
-                                         &unreserve};
+                                         &unreserve,
+                                         &lookup_prefix,
+                                         &export_page,
+                                         &import_page};
 };
 
 }  // namespace kvcache::sdk::detail

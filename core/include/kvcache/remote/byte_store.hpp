@@ -1,0 +1,35 @@
+// A transport of the shared tier: a batched byte store that knows nothing of pages (keys and
+// opaque values). Everything that gives the bytes meaning (keys, wire format, verification)
+// stays in the tier, so a transport may be dumb, and may fail: any call may throw, and the tier
+// takes every failure of a call as a miss for its reads and a drop for its writes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace kvcache::remote {
+
+using Value = std::vector<std::byte>;
+
+class ByteStore {
+ public:
+  virtual ~ByteStore() = default;
+  // Per key, whether a value is held now (a later get may still miss: values may be evicted).
+  virtual std::vector<bool> probe(std::span<const std::string> keys) = 0;
+  // Per key, its value, or nullopt when absent.
+  virtual std::vector<std::optional<Value>> get(std::span<const std::string> keys) = 0;
+  // Stores each value whose key is absent (a present one is left as it is: values are
+  // immutable); per key, whether it was stored.
+  virtual std::vector<bool> put_if_absent(std::span<const std::string> keys,
+                                          std::span<const Value> values) = 0;
+  // Best effort: removes the keys (a value that failed verification).
+  virtual void remove(std::span<const std::string> keys) = 0;
+  // "memory 'shared'", "resp 127.0.0.1:6379": for logs and errors.
+  virtual std::string describe() const = 0;
+};
+
+}  // namespace kvcache::remote

@@ -1,0 +1,377 @@
+// The shared tier through the Cache (docs/remote-tier.md): two Caches of one process share
+// prefix pages through a `memory` transport as two hosts would through a server, byte for byte,
+// in every format; and every fault of the store (dead, slow, full, lying, evicting) ends with
+// fewer tokens reused, counted, and never a wrong one or an error to the engine.
+#include <chrono>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "kvcache/cache.hpp"
+#include "kvcache/registry.hpp"
+#include "kvcache/remote/memory_byte_store.hpp"
+#include "kvcache/tensor.hpp"
+
+namespace kvcache {
+namespace {
+
+using remote::MemoryFaults;
+using remote::MemorySpace;
+using remote::TierStats;
+using ::testing::HasSubstr;
+
+constexpr std::uint32_t kLayers = 2, kQ = 4, kKv = 2, kDim = 32, kPage = 16;
+
+std::shared_ptr<const Registry> registry() {
+  static const auto r = [] {
+    PluginSettings settings;
+    settings.paths.push_back({KVCACHE_TEST_FAULTY_PLUGIN, true, {}});
+    return Registry::load(settings);
+  }();
+  return r;
+}
+
+// A Cache of a tiny model sharing the memory space `space`; `extra` adds to the remote section,
+// `format` and `capacity` set the cache's.
+std::unique_ptr<Cache> open(const std::string& space, const std::string& extra = "",
+                            const std::string& format = "fp16",
+                            const std::string& capacity = "1MiB",
+                            const std::string& backend = "cpu-tbb") {
+  const std::string yaml =
+      "model: {layers: 2, q_heads: 4, kv_heads: 2, head_dim: 32}\n"
+      "backend: [" +
+      backend +
+      "]\n"
+      "cache: {page_size: 16, capacity: " +
+      capacity +
+      "}\n"
+      "format: " +
+      format +
+      "\n"
+      "remote: {transport: memory, endpoints: [" +
+      space + "], model: tiny@1" + extra + "}\n";
+  return Cache::open(parse_config(yaml, "<test>", {}), registry());
+}
+
+// K and V rows that depend only on (token, position, layer, head): equal prompts give equal K/V,
+// as in a real model.
+std::vector<float> rows(std::span<const std::int32_t> tokens, Position first, std::uint32_t layer,
+                        bool value) {
+  std::vector<float> out;
+  for (std::size_t t = 0; t < tokens.size(); ++t)
+    for (std::uint32_t h = 0; h < kKv; ++h) {
+      std::mt19937 rng(static_cast<std::uint32_t>(tokens[t] * 7919 + (first + t) * 131 +
+                                                  layer * 17 + h * 3 + (value ? 1 : 0)));
+      std::normal_distribution<float> normal;
+      for (std::uint32_t d = 0; d < kDim; ++d) out.push_back(normal(rng));
+    }
+  return out;
+}
+
+void write(Cache& cache, SeqId id, std::span<const std::int32_t> tokens, Position first) {
+  auto step = cache.begin_step(id, static_cast<std::uint32_t>(tokens.size()));
+  const auto n = static_cast<std::int64_t>(tokens.size());
+  for (std::uint32_t layer = 0; layer < kLayers; ++layer) {
+    const std::vector<float> k = rows(tokens, first, layer, false),
+                             v = rows(tokens, first, layer, true);
+    step.append(layer, Tensor::host(k.data(), {n, kKv, kDim}),
+                Tensor::host(v.data(), {n, kKv, kDim}));
+  }
+  (void)step.finish();
+}
+
+std::vector<std::int32_t> prompt(std::size_t n, std::int32_t seed = 1) {
+  std::vector<std::int32_t> ids(n);
+  for (std::size_t i = 0; i < n; ++i)
+    ids[i] = static_cast<std::int32_t>((seed * 1000 + i * 37) % 49152);
+  return ids;
+}
+
+// Writes `ids` into a new sequence of `cache`, publishes it and waits for the writes.
+void publish(Cache& cache, const std::vector<std::int32_t>& ids) {
+  const SeqId a = cache.add_sequence();
+  write(cache, a, ids, 0);
+  cache.publish_prefix(a, ids);
+  ASSERT_TRUE(cache.flush_remote(std::chrono::seconds(10)));
+}
+
+// Matches `ids` in a new sequence of `cache`; checks that every page it attached holds the same
+// bytes as `source`'s page for the same tokens. Returns the tokens reused.
+std::uint64_t match_and_compare(Cache& cache, Cache& source, const std::vector<std::int32_t>& ids) {
+  const SeqId b = cache.add_sequence();
+  const std::uint64_t matched = cache.match_prefix(b, ids);
+  const SeqId s = source.add_sequence();
+  EXPECT_EQ(source.match_prefix(s, ids), ids.size() / kPage * kPage) << "the source lost its pages";
+  const PageTable mine = cache.store().page_table(std::vector<SeqId>{b});
+  const PageTable theirs = source.store().page_table(std::vector<SeqId>{s});
+  for (std::size_t i = 0; i < matched / kPage; ++i)
+    for (std::uint32_t layer = 0; layer < kLayers; ++layer)
+      for (std::uint32_t h = 0; h < kKv; ++h)
+        for (const bool value : {false, true})
+          EXPECT_EQ(cache.store().read_tile(mine.indices[i], layer, h, value),
+                    source.store().read_tile(theirs.indices[i], layer, h, value))
+              << "page " << i << " layer " << layer << " head " << h;
+  source.release(s);
+  return matched;
+}
+
+std::string space_name() {
+  static int n = 0;
+  return "shared-tier-test-" + std::to_string(++n);
+}
+
+class SharedTierFormats : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SharedTierFormats, TwoCachesShareAPrefixByteForByte) {
+  const std::string space = space_name();
+  const auto a = open(space, "", GetParam()), b = open(space, "", GetParam());
+  const std::vector<std::int32_t> ids = prompt(5 * kPage + 3);
+  publish(*a, ids);
+  TierStats written = *a->remote_stats();
+  EXPECT_EQ(written.queued_pages, 5u);
+  EXPECT_EQ(written.written_pages, 5u);
+  EXPECT_EQ(MemorySpace::named(space)->size(), 5u);
+
+  const StoreStats before = b->stats();
+  EXPECT_EQ(b->lookup_prefix(ids), 5u * kPage);
+  EXPECT_EQ(b->stats().cached_pages, before.cached_pages) << "a lookup imported pages";
+  EXPECT_EQ(match_and_compare(*b, *a, ids), 5u * kPage);
+  const TierStats read = *b->remote_stats();
+  EXPECT_EQ(read.hit_pages, 5u);
+  EXPECT_EQ(read.miss_pages, 0u);
+  EXPECT_EQ(read.corrupt, 0u);
+
+  // Attention over the shared pages equals attention over the pages written here.
+  std::vector<float> q(kQ * kDim), out_a(q.size()), out_b(q.size());
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  for (float& x : q) x = normal(rng);
+  const std::vector<std::int32_t> next{ids[5 * kPage]};
+  for (Cache* cache : {a.get(), b.get()}) {
+    const SeqId id = cache->add_sequence();
+    ASSERT_EQ(cache->match_prefix(id, ids), 5u * kPage);
+    auto step = cache->begin_step(id, 1);
+    for (std::uint32_t layer = 0; layer < kLayers; ++layer) {
+      const auto k = rows(next, 5 * kPage, layer, false), v = rows(next, 5 * kPage, layer, true);
+      step.append(layer, Tensor::host(k.data(), {1, kKv, kDim}),
+                  Tensor::host(v.data(), {1, kKv, kDim}));
+      step.decode(layer, Tensor::host(q.data(), {1, kQ, kDim}),
+                  Tensor::host(cache == a.get() ? out_a.data() : out_b.data(), {1, kQ, kDim}));
+    }
+    (void)step.finish();
+  }
+  EXPECT_EQ(out_a, out_b);
+
+  // A third host publishing the same prompt finds every page there and writes none.
+  const auto c = open(space, "", GetParam());
+  publish(*c, ids);
+  EXPECT_EQ(c->remote_stats()->present_pages, 5u);
+  EXPECT_EQ(c->remote_stats()->written_pages, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, SharedTierFormats,
+                         ::testing::Values("fp32", "fp16", "bf16", "fp8-e4m3", "int8-per-token",
+                                           "int4-group",
+                                           "{k: {name: kivi-k, group: 8}, v: int8-per-token}"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           if (name.starts_with("{")) name = "kivi-k_int8-per-token";
+                           for (char& c : name)
+                             if (c == '-') c = '_';
+                           return name;
+                         });
+
+class SharedTier : public ::testing::Test {
+ protected:
+  const std::string space = space_name();
+  std::shared_ptr<MemorySpace> store = MemorySpace::named(space);
+  std::unique_ptr<Cache> a = open(space);
+  const std::vector<std::int32_t> ids = prompt(5 * kPage);
+};
+
+TEST_F(SharedTier, ADeadStoreIsAMissAndItsBreakerOpens) {
+  publish(*a, ids);
+  store->set_faults({.down = true});
+  const auto b = open(space, ", breaker: {failures: 2, open_ms: 60000}");
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(b->match_prefix(b->add_sequence(), ids), 0u);
+  const TierStats s = *b->remote_stats();
+  EXPECT_EQ(s.failures, 2u) << "the breaker opens after two failures";
+  EXPECT_EQ(s.skipped, 2u);
+  EXPECT_EQ(s.miss_pages, 4u * 5);
+  EXPECT_EQ(b->lookup_prefix(ids), 0u);
+  // Writes to a dead store are dropped, counted, and never wait.
+  const auto c = open(space);
+  const SeqId id = c->add_sequence();
+  write(*c, id, ids, 0);
+  c->publish_prefix(id, ids);
+  EXPECT_TRUE(c->flush_remote(std::chrono::seconds(10)));
+  EXPECT_EQ(c->remote_stats()->dropped_writes, 5u);
+  EXPECT_EQ(c->remote_stats()->written_pages, 0u);
+  // Back up: the pages hit again (b's breaker stays open for its period; a new host asks).
+  store->set_faults({});
+  const auto d = open(space);
+  EXPECT_EQ(match_and_compare(*d, *a, ids), 5u * kPage);
+}
+
+// Which key holds page i of `ids`: the tier writes pages in order, and the space keeps them by
+// key; the page's index is in its header.
+std::string key_of_page(MemorySpace& space, std::uint64_t index) {
+  for (const std::string& key : space.keys()) {
+    bool match = false;
+    space.mutate(key, [&](remote::Value& v) {
+      std::uint64_t at = 0;
+      for (int i = 0; i < 8; ++i)
+        at |= std::uint64_t(std::to_integer<std::uint8_t>(v[16 + 128 + 8 + i])) << (8 * i);
+      match = at == index;
+    });
+    if (match) return key;
+  }
+  return {};
+}
+
+TEST_F(SharedTier, ALyingStoreCostsHitsNeverCorrectness) {
+  publish(*a, ids);
+  const std::uint64_t header = 16 + 128 + 16 + 12 * kPage + 8 + 16;
+  struct Lie {
+    const char* what;
+    std::uint64_t page;
+    std::function<void(remote::Value&, const remote::Value& first_page)> change;
+  };
+  const std::vector<Lie> lies = {
+      {"a flipped payload bit", 3,
+       [&](remote::Value& v, const remote::Value&) { v[header + 100] ^= std::byte{4}; }},
+      {"a forged format fingerprint", 2,
+       [](remote::Value& v, const remote::Value&) { v[16 + 40] ^= std::byte{1}; }},
+      {"a truncated value", 1,
+       [](remote::Value& v, const remote::Value&) { v.resize(v.size() / 2); }},
+      {"another page's value", 4, [](remote::Value& v, const remote::Value& first) { v = first; }}};
+  for (const Lie& lie : lies) {
+    SCOPED_TRACE(lie.what);
+    store->clear();
+    publish(*open(space), ids);
+    remote::Value first;
+    store->mutate(key_of_page(*store, 0), [&](remote::Value& v) { first = v; });
+    const std::string key = key_of_page(*store, lie.page);
+    ASSERT_FALSE(key.empty());
+    ASSERT_TRUE(store->mutate(key, [&](remote::Value& v) { lie.change(v, first); }));
+    const auto b = open(space);
+    EXPECT_EQ(match_and_compare(*b, *a, ids), lie.page * kPage);
+    EXPECT_EQ(b->remote_stats()->corrupt, 1u);
+    EXPECT_EQ(b->remote_stats()->hit_pages, lie.page);
+    EXPECT_EQ(store->size(), 4u) << "the wrong value is removed";
+  }
+  // A store that lies in flight (every value it returns is altered): nothing is taken.
+  store->clear();
+  publish(*open(space), ids);
+  store->set_faults(
+      {.tamper = [](const std::string&, remote::Value& v) { v.back() ^= std::byte{1}; }});
+  const auto b = open(space);
+  EXPECT_EQ(match_and_compare(*b, *a, ids), 0u);
+  EXPECT_EQ(b->remote_stats()->corrupt, 1u);
+}
+
+TEST_F(SharedTier, PagesGoneFromTheStoreAreMisses) {
+  store->set_faults({.capacity = 3});  // the store keeps the newest three pages (LRU)
+  publish(*a, ids);
+  EXPECT_EQ(store->size(), 3u);
+  const auto b = open(space);
+  EXPECT_EQ(match_and_compare(*b, *a, ids), 0u) << "page 0 was evicted: the chain starts there";
+  store->set_faults({});
+  store->clear();
+  publish(*open(space), ids);
+  store->set_faults({.vanish_after_probe = true});  // evicted between the probe and the get
+  const auto c = open(space);
+  EXPECT_EQ(match_and_compare(*c, *a, ids), 0u);
+  EXPECT_EQ(c->remote_stats()->miss_pages, 5u);
+  EXPECT_EQ(c->remote_stats()->corrupt, 0u);
+}
+
+TEST_F(SharedTier, OnlyTheSameNamespaceModelAndFormatShare) {
+  ::setenv("KVCACHE_TEST_SALT_A", "alpha", 1);
+  ::setenv("KVCACHE_TEST_SALT_B", "beta", 1);
+  const std::string salted = ", namespace: {label: t, salt_env: KVCACHE_TEST_SALT_A}";
+  publish(*open(space, salted), ids);
+  EXPECT_EQ(open(space, salted)->lookup_prefix(ids), 5u * kPage);
+  EXPECT_EQ(
+      open(space, ", namespace: {label: t, salt_env: KVCACHE_TEST_SALT_B}")->lookup_prefix(ids),
+      0u);
+  EXPECT_EQ(open(space)->lookup_prefix(ids), 0u) << "no salt is another namespace";
+  const std::string other_model =
+      "model: {layers: 2, q_heads: 4, kv_heads: 2, head_dim: 32}\n"
+      "cache: {page_size: 16, capacity: 1MiB}\n"
+      "remote: {transport: memory, endpoints: [" +
+      space + "], model: tiny@2, namespace: {label: t, salt_env: KVCACHE_TEST_SALT_A}}\n";
+  EXPECT_EQ(Cache::open(parse_config(other_model, "<test>", {}), registry())->lookup_prefix(ids),
+            0u);
+  EXPECT_EQ(open(space, salted, "int8-per-token")->lookup_prefix(ids), 0u);
+  EXPECT_THROW(open(space, ", namespace: {salt_env: KVCACHE_TEST_SALT_UNSET}"), Error);
+}
+
+TEST_F(SharedTier, ASlowStoreIsCutByTheDeadline) {
+  publish(*a, ids);
+  store->set_faults({.delay = std::chrono::milliseconds(40)});
+  const auto b = open(space, ", read: {batch_pages: 1, deadline_ms: 100}");
+  const auto start = std::chrono::steady_clock::now();
+  const std::uint64_t matched = match_and_compare(*b, *a, ids);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(matched, 5u * kPage) << "five pages take ten calls of 40 ms";
+  EXPECT_LT(took, std::chrono::milliseconds(1000));
+  EXPECT_EQ(b->remote_stats()->miss_pages, 5 - matched / kPage);
+}
+
+TEST_F(SharedTier, AFullWriteQueueDropsAndNeverBlocks) {
+  store->set_faults({.delay = std::chrono::milliseconds(200)});
+  const auto c = open(space, ", write: {queue: 40KiB}");  // about two pages of fp16
+  const SeqId id = c->add_sequence();
+  write(*c, id, ids, 0);
+  const auto start = std::chrono::steady_clock::now();
+  c->publish_prefix(id, ids);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(150));
+  EXPECT_TRUE(c->flush_remote(std::chrono::seconds(10)));
+  const TierStats s = *c->remote_stats();
+  EXPECT_GT(s.dropped_writes, 0u);
+  EXPECT_EQ(s.queued_pages + s.dropped_writes, 5u);
+  EXPECT_EQ(s.written_pages, s.queued_pages);
+}
+
+TEST_F(SharedTier, NoLocalRoomEndsThePullEarly) {
+  publish(*a, ids);
+  // b holds 4 pages, 2 of them taken by a sequence of its own.
+  const auto b = open(space, "", "fp16", "33KiB");
+  ASSERT_EQ(b->stats().total_pages, 4u);
+  const SeqId busy = b->add_sequence();
+  write(*b, busy, prompt(2 * kPage, 9), 0);
+  EXPECT_EQ(match_and_compare(*b, *a, ids), 2u * kPage);
+  EXPECT_EQ(b->remote_stats()->no_room, 1u);
+}
+
+TEST_F(SharedTier, AStoreWithoutPagesThatTravelWorksWithoutATier) {
+  const auto b = open(space, "", "fp16", "1MiB", "test-faulty");
+  EXPECT_FALSE(b->remote_stats().has_value());
+  const SeqId id = b->add_sequence();
+  write(*b, id, ids, 0);
+  b->publish_prefix(id, ids);
+  EXPECT_TRUE(b->flush_remote());
+  EXPECT_EQ(store->size(), 0u);
+}
+
+TEST_F(SharedTier, AnUnknownTransportIsNamed) {
+  const std::string yaml = "remote: {transport: memroy, endpoints: [x], model: m}\n";
+  try {
+    Cache::open(parse_config(yaml, "<test>", {}), registry());
+    FAIL() << "opened with an unknown transport";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("did you mean 'memory'"));
+  }
+  const auto diagnostics = check_components(parse_config(yaml, "<test>", {}), *registry());
+  ASSERT_FALSE(diagnostics.empty());
+  EXPECT_EQ(diagnostics.back().key, "remote.transport");
+  EXPECT_EQ(diagnostics.back().where.line, 1);
+}
+
+}  // namespace
+}  // namespace kvcache
