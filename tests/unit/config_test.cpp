@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -63,6 +64,16 @@ void expect_same_values(const Config& a, const Config& b) {
         std::pair{&a.mask, &b.mask}, std::pair{&a.eviction, &b.eviction}}) {
     EXPECT_EQ(x->name, y->name);
     EXPECT_EQ(x->options, y->options) << x->options.dump() << " vs " << y->options.dump();
+  }
+  ASSERT_EQ(a.remote.has_value(), b.remote.has_value());
+  if (a.remote) {
+    const RemoteSettings &x = *a.remote, &y = *b.remote;
+    EXPECT_EQ(x.transport.name, y.transport.name);
+    EXPECT_EQ(x.transport.options, y.transport.options);
+    EXPECT_EQ(std::tie(x.endpoints, x.label, x.salt_env, x.model, x.queue_bytes, x.min_pages,
+                       x.batch_pages, x.deadline_ms, x.breaker_failures, x.breaker_open_ms),
+              std::tie(y.endpoints, y.label, y.salt_env, y.model, y.queue_bytes, y.min_pages,
+                       y.batch_pages, y.deadline_ms, y.breaker_failures, y.breaker_open_ms));
   }
   ASSERT_EQ(a.plugins.paths.size(), b.plugins.paths.size());
   for (std::size_t i = 0; i < a.plugins.paths.size(); ++i) {
@@ -209,6 +220,58 @@ TEST(Errors, RopeAndPresetMistakesNameTheNearest) {
   expect_error(d[2], 3, 28, "model.rope.dims", "even");
   expect_error(d[3], 3, 38, "model.rope.theta", "greater than 0");
   expect_error(d[4], 3, 58, "model.rope.scaling.type", "did you mean 'llama3'");
+}
+
+// remote: the shared tier. Absent by default; every key read, the rest at their defaults.
+TEST(Remote, SectionReadsEveryKey) {
+  EXPECT_FALSE(parse_config("", "test.yaml", kNoEnv).remote);
+  const Config c = parse_config(
+      "remote:\n"
+      "  transport: memory\n"
+      "  endpoints: [space-a]\n"
+      "  namespace: {label: tenant-a, salt_env: KVC_SALT}\n"
+      "  model: \"smollm2-135m@abc\"\n"
+      "  write: {queue: 64MiB}\n"
+      "  read: {min_pages: 4, batch_pages: 16, deadline_ms: 500}\n"
+      "  breaker: {failures: 5, open_ms: 2000}\n",
+      "test.yaml", kNoEnv);
+  ASSERT_TRUE(c.remote);
+  const RemoteSettings& r = *c.remote;
+  EXPECT_EQ(r.transport.name, "memory");
+  EXPECT_EQ(r.endpoints, std::vector<std::string>{"space-a"});
+  EXPECT_EQ(r.label, "tenant-a");
+  EXPECT_EQ(r.salt_env, "KVC_SALT");
+  EXPECT_EQ(r.model, "smollm2-135m@abc");
+  EXPECT_EQ(r.queue_bytes, 64ull << 20);
+  EXPECT_EQ(std::tie(r.min_pages, r.batch_pages, r.deadline_ms), std::tuple(4u, 16u, 500u));
+  EXPECT_EQ(std::tie(r.breaker_failures, r.breaker_open_ms), std::tuple(5u, 2000u));
+  EXPECT_EQ(r.where.line, 2);
+  const Config defaults =
+      parse_config("remote: {transport: memory, endpoints: [x], model: m}\n", "t.yaml", kNoEnv);
+  EXPECT_EQ(defaults.remote->label, "default");
+  EXPECT_EQ(defaults.remote->queue_bytes, 256ull << 20);
+}
+
+TEST(Errors, RemoteMistakesNameTheKeyAndTheNearest) {
+  const auto d = diagnostics_of(
+      "remote:\n"
+      "  transport: memory\n"
+      "  endpoint: [x]\n"
+      "  namespace: {label: \"a:b\"}\n"
+      "  read: {min_page: 2, deadline_ms: 0}\n");
+  ASSERT_EQ(d.size(), 4u);
+  expect_error(d[0], 3, 3, "remote", "did you mean 'endpoints'");
+  expect_error(d[1], 4, 22, "remote.namespace.label", "part of every key");
+  expect_error(d[2], 5, 10, "remote.read", "did you mean 'min_pages'");
+  expect_error(d[3], 5, 36, "remote.read.deadline_ms", "positive integer");
+  // A section without errors but without the model's identity is refused at its start.
+  const auto no_model = diagnostics_of("\nremote: {transport: memory, endpoints: [x]}\n");
+  ASSERT_EQ(no_model.size(), 1u);
+  expect_error(no_model[0], 2, 9, "remote.model", "the model's identity");
+  const auto no_prefix = diagnostics_of(
+      "cache: {prefix_caching: false}\nremote: {transport: memory, endpoints: [x], model: m}\n");
+  ASSERT_EQ(no_prefix.size(), 1u);
+  expect_error(no_prefix[0], 2, 9, "remote", "prefix_caching");
 }
 
 TEST(Overlay, BackendAsListOrSingleName) {
@@ -687,6 +750,15 @@ TEST(ToYaml, RopeRoundTrips) {
       "original.yaml", kNoEnv);
   ASSERT_TRUE(original.rope);
   EXPECT_EQ(original.rope->scaling.kind, RopeScaling::Kind::llama3);
+  const Config again = parse_config(to_yaml(original), "again.yaml", kNoEnv);
+  expect_same_values(original, again);
+}
+
+TEST(ToYaml, RemoteRoundTrips) {
+  const Config original = parse_config(
+      "remote: {transport: memory, endpoints: [a, b], model: \"m: 1\", write: {queue: 1MiB},\n"
+      "         namespace: {label: t, salt_env: S}, read: {min_pages: 3}}\n",
+      "original.yaml", kNoEnv);
   const Config again = parse_config(to_yaml(original), "again.yaml", kNoEnv);
   expect_same_values(original, again);
 }
