@@ -1,5 +1,6 @@
 // kvcache._Cache: the facade (python/kvcache/cache.py wraps it with keyword configs), its
 // sequences, prefix cache and steps, and read-only views of its store copied out as numpy.
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,42 @@ void bind_cache(nb::module_& m) {
            [](CacheHandle& c, SeqId id, nb::handle tokens) {
              const std::vector<std::int32_t> ids = token_ids(tokens);
              locked(c, [&] { c.cache->publish_prefix(id, ids); });
+           })
+      .def("lookup_prefix",
+           [](CacheHandle& c, nb::handle tokens) {
+             const std::vector<std::int32_t> ids = token_ids(tokens);
+             return locked(c, [&] { return c.cache->lookup_prefix(ids); });
+           })
+      .def(
+          "flush_remote",
+          [](CacheHandle& c, double seconds) {
+            nb::gil_scoped_release release;  // the writer needs neither the GIL nor the lock
+            return c.cache->flush_remote(
+                std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000)));
+          },
+          nb::arg("timeout") = 10.0,
+          "Waits until the pages published so far are in the shared store; False on timeout")
+      .def("remote_stats",
+           [](CacheHandle& c) -> nb::object {
+             const auto s = locked(c, [&] { return c.cache->remote_stats(); });
+             if (!s) return nb::none();
+             nb::dict d;
+             d["lookups"] = s->lookups;
+             d["hit_pages"] = s->hit_pages;
+             d["miss_pages"] = s->miss_pages;
+             d["corrupt"] = s->corrupt;
+             d["no_room"] = s->no_room;
+             d["failures"] = s->failures;
+             d["skipped"] = s->skipped;
+             d["queued_pages"] = s->queued_pages;
+             d["written_pages"] = s->written_pages;
+             d["present_pages"] = s->present_pages;
+             d["dropped_writes"] = s->dropped_writes;
+             d["bytes_read"] = s->bytes_read;
+             d["bytes_written"] = s->bytes_written;
+             d["lookup_p50_us"] = s->lookup_p50_us;
+             d["lookup_p99_us"] = s->lookup_p99_us;
+             return d;
            })
       .def("begin_step", &begin, nb::arg("sequences"), nb::arg("new_tokens"),
            nb::rv_policy::take_ownership, nb::keep_alive<0, 1>())
