@@ -8,6 +8,7 @@ packages=(
   libboost-dev libboost-context-dev libtbb-dev libspdlog-dev libfmt-dev libyaml-cpp-dev nlohmann-json3-dev
   libcli11-dev libdlpack-dev libgtest-dev libgmock-dev libbenchmark-dev
   libssl-dev libxxhash-dev  # the shared tier: SHA-256 keys, XXH3-128 digests
+  libhiredis-dev redis-server redis-tools  # its resp transport, and the server its tests start
   hipcc libamdhip64-dev  # the ROCm/HIP backend builds everywhere (CUDA uses nvcc when present)
 )
 if [[ "${1:-}" == "--fuzz" ]]; then

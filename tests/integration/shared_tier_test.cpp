@@ -5,7 +5,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <random>
+#include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -15,6 +17,7 @@
 #include "kvcache/registry.hpp"
 #include "kvcache/remote/memory_byte_store.hpp"
 #include "kvcache/tensor.hpp"
+#include "redis_server.hpp"
 
 namespace kvcache {
 namespace {
@@ -35,12 +38,12 @@ std::shared_ptr<const Registry> registry() {
   return r;
 }
 
-// A Cache of a tiny model sharing the memory space `space`; `extra` adds to the remote section,
-// `format` and `capacity` set the cache's.
-std::unique_ptr<Cache> open(const std::string& space, const std::string& extra = "",
-                            const std::string& format = "fp16",
-                            const std::string& capacity = "1MiB",
-                            const std::string& backend = "cpu-tbb") {
+// A Cache of a tiny model whose remote section starts with `transport` (its transport and
+// endpoints); `extra` adds to the section, `format` and `capacity` set the cache's.
+std::unique_ptr<Cache> open_with(const std::string& transport, const std::string& extra = "",
+                                 const std::string& format = "fp16",
+                                 const std::string& capacity = "1MiB",
+                                 const std::string& backend = "cpu-tbb") {
   const std::string yaml =
       "model: {layers: 2, q_heads: 4, kv_heads: 2, head_dim: 32}\n"
       "backend: [" +
@@ -52,9 +55,18 @@ std::unique_ptr<Cache> open(const std::string& space, const std::string& extra =
       "format: " +
       format +
       "\n"
-      "remote: {transport: memory, endpoints: [" +
-      space + "], model: tiny@1" + extra + "}\n";
+      "remote: {" +
+      transport + ", model: tiny@1" + extra + "}\n";
   return Cache::open(parse_config(yaml, "<test>", {}), registry());
+}
+
+// The same, sharing the memory space `space`.
+std::unique_ptr<Cache> open(const std::string& space, const std::string& extra = "",
+                            const std::string& format = "fp16",
+                            const std::string& capacity = "1MiB",
+                            const std::string& backend = "cpu-tbb") {
+  return open_with("transport: memory, endpoints: [" + space + "]", extra, format, capacity,
+                   backend);
 }
 
 // K and V rows that depend only on (token, position, layer, head): equal prompts give equal K/V,
@@ -124,17 +136,35 @@ std::string space_name() {
   return "shared-tier-test-" + std::to_string(++n);
 }
 
-class SharedTierFormats : public ::testing::TestWithParam<std::string> {};
+// Over the memory transport and over a real redis-server (resp), in every format.
+class SharedTierFormats : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
+ protected:
+  void SetUp() override {
+    if (server_ && !server_->available()) GTEST_SKIP() << server_->why();
+  }
+  std::unique_ptr<Cache> make() {
+    const std::string& format = std::get<1>(GetParam());
+    return server_ ? open_with("transport: resp, endpoints: ['" + server_->endpoint() + "']", "",
+                               format)
+                   : open(space_, "", format);
+  }
+  std::size_t values_held() const {
+    return server_ ? std::stoul(server_->cli("DBSIZE")) : MemorySpace::named(space_)->size();
+  }
+
+  const std::string space_ = space_name();
+  const std::unique_ptr<testing::RedisServer> server_ =
+      std::get<0>(GetParam()) == "resp" ? std::make_unique<testing::RedisServer>() : nullptr;
+};
 
 TEST_P(SharedTierFormats, TwoCachesShareAPrefixByteForByte) {
-  const std::string space = space_name();
-  const auto a = open(space, "", GetParam()), b = open(space, "", GetParam());
+  const auto a = make(), b = make();
   const std::vector<std::int32_t> ids = prompt(5 * kPage + 3);
   publish(*a, ids);
   TierStats written = *a->remote_stats();
   EXPECT_EQ(written.queued_pages, 5u);
   EXPECT_EQ(written.written_pages, 5u);
-  EXPECT_EQ(MemorySpace::named(space)->size(), 5u);
+  EXPECT_EQ(values_held(), 5u);
 
   const StoreStats before = b->stats();
   EXPECT_EQ(b->lookup_prefix(ids), 5u * kPage);
@@ -167,23 +197,25 @@ TEST_P(SharedTierFormats, TwoCachesShareAPrefixByteForByte) {
   EXPECT_EQ(out_a, out_b);
 
   // A third host publishing the same prompt finds every page there and writes none.
-  const auto c = open(space, "", GetParam());
+  const auto c = make();
   publish(*c, ids);
   EXPECT_EQ(c->remote_stats()->present_pages, 5u);
   EXPECT_EQ(c->remote_stats()->written_pages, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, SharedTierFormats,
-                         ::testing::Values("fp32", "fp16", "bf16", "fp8-e4m3", "int8-per-token",
-                                           "int4-group",
-                                           "{k: {name: kivi-k, group: 8}, v: int8-per-token}"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           if (name.starts_with("{")) name = "kivi-k_int8-per-token";
-                           for (char& c : name)
-                             if (c == '-') c = '_';
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Formats, SharedTierFormats,
+    ::testing::Combine(::testing::Values("memory", "resp"),
+                       ::testing::Values("fp32", "fp16", "bf16", "fp8-e4m3", "int8-per-token",
+                                         "int4-group",
+                                         "{k: {name: kivi-k, group: 8}, v: int8-per-token}")),
+    [](const auto& info) {
+      std::string name = std::get<1>(info.param);
+      if (name.starts_with("{")) name = "kivi-k_int8-per-token";
+      for (char& c : name)
+        if (c == '-') c = '_';
+      return std::get<0>(info.param) + "_" + name;
+    });
 
 class SharedTier : public ::testing::Test {
  protected:
@@ -371,6 +403,60 @@ TEST_F(SharedTier, AnUnknownTransportIsNamed) {
   ASSERT_FALSE(diagnostics.empty());
   EXPECT_EQ(diagnostics.back().key, "remote.transport");
   EXPECT_EQ(diagnostics.back().where.line, 1);
+}
+
+// The faults that only a real server has: killed mid-run, and a value edited at rest.
+class SharedTierOverRedis : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!server.available()) GTEST_SKIP() << server.why();
+  }
+  std::unique_ptr<Cache> make(const std::string& extra = "") {
+    return open_with(
+        "transport: {name: resp, connect_timeout_ms: 100, timeout_ms: 300}, "
+        "endpoints: ['" +
+            server.endpoint() + "']",
+        extra);
+  }
+
+  testing::RedisServer server;
+  const std::vector<std::int32_t> ids = prompt(5 * kPage);
+};
+
+TEST_F(SharedTierOverRedis, AKilledServerIsAMissAndWritesAreDropped) {
+  const auto a = make();
+  publish(*a, ids);
+  server.kill();
+  const auto b = make();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(b->match_prefix(b->add_sequence(), ids), 0u);
+  EXPECT_EQ(b->lookup_prefix(ids), 0u);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_GE(b->remote_stats()->failures, 1u);
+  EXPECT_EQ(b->remote_stats()->hit_pages, 0u);
+  const auto c = make();
+  const SeqId id = c->add_sequence();
+  write(*c, id, prompt(3 * kPage, 2), 0);
+  c->publish_prefix(id, prompt(3 * kPage, 2));
+  EXPECT_TRUE(c->flush_remote(std::chrono::seconds(10)));
+  EXPECT_EQ(c->remote_stats()->dropped_writes, 3u);
+}
+
+TEST_F(SharedTierOverRedis, AValueEditedAtRestIsRefusedAndRemoved) {
+  const auto a = make();
+  publish(*a, ids);
+  // The key of page 2: its header's page index (bytes 152 to 159) is 2.
+  std::string key;
+  std::istringstream keys(server.cli("--scan"));
+  for (std::string k; std::getline(keys, k);)
+    if (server.cli("--no-raw GETRANGE " + k + " 152 152").starts_with("\"\\x02")) key = k;
+  ASSERT_FALSE(key.empty()) << server.cli("--scan");
+  const std::uint64_t header = 16 + 128 + 16 + 12 * kPage + 8 + 16;
+  server.cli("SETRANGE " + key + " " + std::to_string(header + 10) + " X");
+  const auto b = make();
+  EXPECT_EQ(match_and_compare(*b, *a, ids), 2u * kPage);
+  EXPECT_EQ(b->remote_stats()->corrupt, 1u);
+  EXPECT_EQ(server.cli("EXISTS " + key), "0\n") << "the wrong value is removed";
 }
 
 }  // namespace

@@ -53,7 +53,13 @@ typedef struct kvc_error {
 
 /* ---- descriptor --------------------------------------------------------------------------- */
 
-enum { KVC_KIND_BACKEND = 1, KVC_KIND_QUANTIZER = 2, KVC_KIND_MASK = 3, KVC_KIND_EVICTION = 4 };
+enum {
+  KVC_KIND_BACKEND = 1,
+  KVC_KIND_QUANTIZER = 2,
+  KVC_KIND_MASK = 3,
+  KVC_KIND_EVICTION = 4,
+  KVC_KIND_TRANSPORT = 5 /* ABI 1.7 */
+};
 
 typedef struct kvc_host_info {
   uint32_t struct_size;
@@ -93,7 +99,8 @@ typedef struct kvc_component {
   const kvc_capabilities* capabilities; /* may be NULL */
   /* KVC_OK when usable on this host, else KVC_UNAVAILABLE with the reason. NULL: always. */
   int32_t (*availability)(kvc_error* err);
-  /* By kind: kvc_backend_table, kvc_quantizer_table, kvc_mask_table, kvc_eviction_table. */
+  /* By kind: kvc_backend_table, kvc_quantizer_table, kvc_mask_table, kvc_eviction_table,
+     kvc_transport_table. */
   const void* table;
 } kvc_component;
 
@@ -353,6 +360,34 @@ typedef struct kvc_store_table {
 
 /* What import_page did (ABI 1.7). */
 enum { KVC_PAGE_IMPORTED = 0, KVC_PAGE_PRESENT = 1, KVC_PAGE_NO_ROOM = 2 };
+
+/* ---- transports (ABI 1.7) ----------------------------------------------------------------- */
+
+/* A batched byte store for the shared tier (docs/remote-tier.md): keys (NUL-terminated) and
+ * opaque values, nothing of pages. create's options are the config's transport options plus
+ * "endpoints", a list of strings. Any function may fail: the host takes a failure as a miss for
+ * its reads and a drop for its writes. The host calls an instance from two threads at once. */
+
+/* Takes the value of keys[index] (read during the call only); non-zero stops the get. */
+typedef int32_t (*kvc_value_sink)(void* context, uint64_t index, const void* data, uint64_t size);
+
+typedef struct kvc_transport_table {
+  KVC_INSTANCE_TABLE_HEADER
+  /* held[i] = 1 when keys[i] holds a value now, else 0. */
+  int32_t (*probe)(void* instance, const char* const* keys, uint64_t n, uint8_t* held,
+                   kvc_error* err);
+  /* Calls sink(context, i, value, size) for each keys[i] that holds a value. */
+  int32_t (*get)(void* instance, const char* const* keys, uint64_t n, kvc_value_sink sink,
+                 void* context, kvc_error* err);
+  /* Stores values[i] under keys[i] when the key holds nothing (stored[i] = 1), else leaves the
+   * value there (stored[i] = 0). */
+  int32_t (*put_if_absent)(void* instance, const char* const* keys, const void* const* values,
+                           const uint64_t* sizes, uint64_t n, uint8_t* stored, kvc_error* err);
+  /* Best effort. */
+  int32_t (*remove)(void* instance, const char* const* keys, uint64_t n, kvc_error* err);
+  /* A NUL-terminated description for logs, "resp 127.0.0.1:6379", within capacity bytes. */
+  int32_t (*describe)(void* instance, char* out, uint64_t capacity, kvc_error* err);
+} kvc_transport_table;
 
 /* ---- attention ---------------------------------------------------------------------------- */
 

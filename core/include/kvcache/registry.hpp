@@ -20,6 +20,7 @@
 #include "kvcache/export.hpp"
 #include "kvcache/mask.hpp"
 #include "kvcache/quantizer.hpp"
+#include "kvcache/remote/byte_store.hpp"
 #include "kvcache/types.hpp"
 
 namespace kvcache {
@@ -79,6 +80,9 @@ class KVCACHE_API Registry {
                                                   const nlohmann::json& options = {}) const;
   std::unique_ptr<Backend> create_backend(std::string_view name,
                                           const nlohmann::json& options = {}) const;
+  // A transport of the shared tier (docs/remote-tier.md): `options` holds its "endpoints".
+  std::unique_ptr<remote::ByteStore> create_transport(std::string_view name,
+                                                      const nlohmann::json& options = {}) const;
 
   struct Impl;
 

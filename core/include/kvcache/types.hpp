@@ -44,9 +44,15 @@ std::vector<PositionRange> ranges_of(const Positions& ascending) {
   return ranges;
 }
 
-enum class ComponentKind : std::uint32_t { backend = 1, quantizer = 2, mask = 3, eviction = 4 };
+enum class ComponentKind : std::uint32_t {
+  backend = 1,
+  quantizer = 2,
+  mask = 3,
+  eviction = 4,
+  transport = 5
+};
 
-// "backend", "quantizer", "mask", "eviction"; "unknown" otherwise.
+// "backend", "quantizer", "mask", "eviction", "transport"; "unknown" otherwise.
 std::string_view kind_name(ComponentKind kind) noexcept;
 
 }  // namespace kvcache

@@ -233,7 +233,7 @@ void attach_tier(Cache::Impl& impl, const RemoteSettings& remote, const Config& 
   settings.deadline = std::chrono::milliseconds(remote.deadline_ms);
   settings.breaker_failures = remote.breaker_failures;
   settings.breaker_open = std::chrono::milliseconds(remote.breaker_open_ms);
-  std::unique_ptr<remote::ByteStore> transport = remote::make_transport(remote);
+  std::unique_ptr<remote::ByteStore> transport = remote::make_transport(remote, *impl.registry);
   if (const auto why = remote::TieredStore::unsupported(*impl.store, config.model)) {
     spdlog::warn("shared tier off: backend {}: {}", impl.backend_name, *why);
     return;

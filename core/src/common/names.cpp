@@ -12,6 +12,8 @@ std::string_view kind_name(ComponentKind kind) noexcept {
       return "mask";
     case ComponentKind::eviction:
       return "eviction";
+    case ComponentKind::transport:
+      return "transport";
   }
   return "unknown";
 }

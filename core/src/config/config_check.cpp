@@ -117,7 +117,9 @@ std::vector<Diagnostic> check_components(const Config& config, const Registry& r
   if (config.remote)
     check_choice(
         config.remote->transport, "remote.transport",
-        [&](const std::string&, const nlohmann::json&) { remote::make_transport(*config.remote); },
+        [&](const std::string&, const nlohmann::json&) {
+          remote::make_transport(*config.remote, registry);
+        },
         out);
   return out;
 }

@@ -11,6 +11,7 @@
 #include "kvcache/eviction.hpp"
 #include "kvcache/mask.hpp"
 #include "kvcache/quantizer.hpp"
+#include "kvcache/remote/byte_store.hpp"
 #include "plugin/host_call.hpp"
 #include "plugin/plugin_library.hpp"
 
@@ -31,6 +32,10 @@ std::unique_ptr<EvictionPolicy> make_eviction(std::shared_ptr<const PluginLibrar
 std::unique_ptr<Backend> make_backend(std::shared_ptr<const PluginLibrary> library,
                                       const kvc_component& component,
                                       const std::string& options_json, const std::string& who);
+std::unique_ptr<remote::ByteStore> make_transport(std::shared_ptr<const PluginLibrary> library,
+                                                  const kvc_component& component,
+                                                  const std::string& options_json,
+                                                  const std::string& who);
 
 // Adapts a store that a backend created (the backend's library stays loaded while it lives);
 // `codecs` are the formats' codecs lent to it, kept until it is destroyed.

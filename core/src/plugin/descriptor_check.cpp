@@ -104,6 +104,8 @@ std::size_t minimum_table_size(std::uint32_t kind) {
       return sizeof(kvc_mask_table);
     case KVC_KIND_EVICTION:  // ABI 1.1 ended before drops_tokens
       return offsetof(kvc_eviction_table, drops_tokens);
+    case KVC_KIND_TRANSPORT:
+      return sizeof(kvc_transport_table);
     default:
       return 0;
   }

@@ -62,7 +62,7 @@ void check_availability(const kvc_component& c, ComponentInfo& info) {
 }
 
 bool known_kind(uint32_t kind) {
-  return kind >= KVC_KIND_BACKEND && kind <= KVC_KIND_EVICTION;
+  return kind >= KVC_KIND_BACKEND && kind <= KVC_KIND_TRANSPORT;
 }
 
 // Does a `required` entry name this file or plugin?
@@ -237,6 +237,11 @@ std::unique_ptr<Quantizer> Registry::create_quantizer(std::string_view name,
 std::unique_ptr<EvictionPolicy> Registry::create_eviction(std::string_view name,
                                                           const nlohmann::json& options) const {
   return impl_->create(ComponentKind::eviction, name, options, plugin::make_eviction);
+}
+
+std::unique_ptr<remote::ByteStore> Registry::create_transport(std::string_view name,
+                                                              const nlohmann::json& options) const {
+  return impl_->create(ComponentKind::transport, name, options, plugin::make_transport);
 }
 
 std::unique_ptr<Backend> Registry::create_backend(std::string_view name,

@@ -1,4 +1,6 @@
 // The plugin SDK (header-only): implement kvcache's C++ interfaces, export them with one macro.
+// A component implements AttentionMask, Quantizer, EvictionPolicy, Backend, or
+// remote::ByteStore (a transport of the shared tier).
 //
 //   class MyMask final : public kvcache::AttentionMask {
 //    public:
@@ -32,6 +34,7 @@
 #include "kvcache/mask.hpp"
 #include "kvcache/plugin_abi.h"
 #include "kvcache/quantizer.hpp"
+#include "kvcache/remote/byte_store.hpp"
 #include "kvcache/sdk/attention_thunks.hpp"
 #include "kvcache/sdk/c_types.hpp"
 #include "kvcache/sdk/format_codec.hpp"
@@ -315,6 +318,61 @@ struct BackendThunks {
                                            &create_store_with};
 };
 
+// ---- transports ----
+template <class T>
+struct TransportThunks {
+  static std::vector<std::string> keys_of(const char* const* keys, uint64_t n) {
+    return std::vector<std::string>(keys, keys + n);
+  }
+  static int32_t probe(void* instance, const char* const* keys, uint64_t n, uint8_t* held,
+                       kvc_error* err) noexcept {
+    return guard(err, [&] {
+      const std::vector<bool> answer = self<T>(instance).probe(keys_of(keys, n));
+      for (uint64_t i = 0; i < n; ++i) held[i] = i < answer.size() && answer[i] ? 1 : 0;
+    });
+  }
+  static int32_t get(void* instance, const char* const* keys, uint64_t n, kvc_value_sink sink,
+                     void* context, kvc_error* err) noexcept {
+    return guard(err, [&] {
+      const std::vector<std::optional<remote::Value>> values =
+          self<T>(instance).get(keys_of(keys, n));
+      for (uint64_t i = 0; i < n && i < values.size(); ++i)
+        if (values[i] && sink(context, i, values[i]->data(), values[i]->size()) != KVC_OK)
+          throw Error(Code::internal, "the host refused a value");
+    });
+  }
+  static int32_t put_if_absent(void* instance, const char* const* keys, const void* const* values,
+                               const uint64_t* sizes, uint64_t n, uint8_t* stored,
+                               kvc_error* err) noexcept {
+    return guard(err, [&] {
+      std::vector<remote::Value> v;
+      for (uint64_t i = 0; i < n; ++i) {
+        const auto* bytes = static_cast<const std::byte*>(values[i]);
+        v.emplace_back(bytes, bytes + sizes[i]);
+      }
+      const std::vector<bool> answer = self<T>(instance).put_if_absent(keys_of(keys, n), v);
+      for (uint64_t i = 0; i < n; ++i) stored[i] = i < answer.size() && answer[i] ? 1 : 0;
+    });
+  }
+  static int32_t remove(void* instance, const char* const* keys, uint64_t n,
+                        kvc_error* err) noexcept {
+    return guard(err, [&] { self<T>(instance).remove(keys_of(keys, n)); });
+  }
+  static int32_t describe(void* instance, char* out, uint64_t capacity, kvc_error* err) noexcept {
+    return guard(err, [&] {
+      if (capacity > 0) std::snprintf(out, capacity, "%s", self<T>(instance).describe().c_str());
+    });
+  }
+  static constexpr kvc_transport_table table{sizeof(kvc_transport_table),
+                                             &create<T>,
+                                             &destroy<T>,
+                                             &probe,
+                                             &get,
+                                             &put_if_absent,
+                                             &remove,
+                                             &describe};
+};
+
 // The thunks and kind of a component class, by the interface it implements.
 template <class T>
 constexpr auto thunks_of() {
@@ -326,6 +384,8 @@ constexpr auto thunks_of() {
     return EvictionThunks<T>{};
   else if constexpr (std::is_base_of_v<Backend, T>)
     return BackendThunks<T>{};
+  else if constexpr (std::is_base_of_v<remote::ByteStore, T>)
+    return TransportThunks<T>{};
 }
 
 template <class T>
@@ -336,6 +396,8 @@ constexpr std::uint32_t kind_of() {
     return KVC_KIND_QUANTIZER;
   else if constexpr (std::is_base_of_v<EvictionPolicy, T>)
     return KVC_KIND_EVICTION;
+  else if constexpr (std::is_base_of_v<remote::ByteStore, T>)
+    return KVC_KIND_TRANSPORT;
   else
     return KVC_KIND_BACKEND;
 }
@@ -406,9 +468,11 @@ int32_t entry(const kvc_host_info* host, const kvc_plugin_descriptor** out, kvc_
 template <class T>
 ComponentSpec component(std::string name, std::string version, Capabilities capabilities = {}) {
   constexpr bool known = std::is_base_of_v<AttentionMask, T> || std::is_base_of_v<Quantizer, T> ||
-                         std::is_base_of_v<EvictionPolicy, T> || std::is_base_of_v<Backend, T>;
+                         std::is_base_of_v<EvictionPolicy, T> || std::is_base_of_v<Backend, T> ||
+                         std::is_base_of_v<remote::ByteStore, T>;
   static_assert(known,
-                "a component implements AttentionMask, Quantizer, EvictionPolicy or Backend");
+                "a component implements AttentionMask, Quantizer, EvictionPolicy, Backend or "
+                "remote::ByteStore (a transport)");
   static_assert(std::is_constructible_v<T, const Options&>, "a component is built from Options");
   ComponentSpec spec{
       detail::kind_of<T>(),    std::move(name), std::move(version),

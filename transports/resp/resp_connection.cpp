@@ -1,0 +1,98 @@
+#include "resp_connection.hpp"
+
+#include <sys/time.h>
+
+#include <charconv>
+
+#include <hiredis/hiredis.h>
+
+#include "kvcache/status.hpp"
+
+namespace kvcache::resp {
+namespace {
+
+timeval to_timeval(std::chrono::milliseconds ms) {
+  return {static_cast<time_t>(ms.count() / 1000),
+          static_cast<suseconds_t>(ms.count() % 1000 * 1000)};
+}
+
+}  // namespace
+
+Endpoint parse_endpoint(const std::string& text) {
+  const std::size_t colon = text.rfind(':');
+  Endpoint e;
+  e.host = text.substr(0, colon);
+  if (colon != std::string::npos) {
+    const std::string port = text.substr(colon + 1);
+    const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), e.port);
+    if (ec != std::errc() || end != port.data() + port.size() || e.port < 1 || e.port > 65535)
+      throw Error(Code::invalid_argument,
+                  "endpoint '" + text + "': expected host:port with a port from 1 to 65535");
+  }
+  if (e.host.empty())
+    throw Error(Code::invalid_argument, "endpoint '" + text + "': expected host:port");
+  return e;
+}
+
+Connection::Connection(Endpoint endpoint, std::chrono::milliseconds connect_timeout,
+                       std::chrono::milliseconds timeout, std::string password)
+    : endpoint_(std::move(endpoint)),
+      connect_timeout_(connect_timeout),
+      timeout_(timeout),
+      password_(std::move(password)) {}
+
+Connection::~Connection() {
+  if (context_ != nullptr) redisFree(context_);
+}
+
+void Connection::fail(const std::string& what) {
+  const std::string why = context_ != nullptr && context_->err != 0 ? context_->errstr : "";
+  if (context_ != nullptr) redisFree(context_);
+  context_ = nullptr;  // the next call connects again
+  throw Error(Code::unavailable, "redis " + endpoint_.host + ":" + std::to_string(endpoint_.port) +
+                                     ": " + what + (why.empty() ? "" : ": " + why));
+}
+
+redisContext* Connection::connect() {
+  if (context_ != nullptr) return context_;
+  context_ =
+      redisConnectWithTimeout(endpoint_.host.c_str(), endpoint_.port, to_timeval(connect_timeout_));
+  if (context_ == nullptr) throw Error(Code::out_of_memory, "redis: no memory for a connection");
+  if (context_->err != 0) fail("cannot connect");
+  if (redisSetTimeout(context_, to_timeval(timeout_)) != REDIS_OK) fail("cannot set the timeout");
+  if (!password_.empty()) {
+    const std::vector<std::string_view> auth{"AUTH", password_};
+    const std::vector<Reply> replies = pipeline({auth});
+    if (replies[0]->type == REDIS_REPLY_ERROR) {
+      const std::string why(replies[0]->str, replies[0]->len);
+      fail("AUTH refused (" + why + ")");
+    }
+  }
+  return context_;
+}
+
+std::vector<Reply> Connection::pipeline(
+    const std::vector<std::vector<std::string_view>>& commands) {
+  redisContext* c = connect();
+  for (const std::vector<std::string_view>& command : commands) {
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lengths;
+    for (const std::string_view a : command) {
+      argv.push_back(a.data());
+      lengths.push_back(a.size());
+    }
+    if (redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lengths.data()) !=
+        REDIS_OK)
+      fail("cannot send");
+  }
+  std::vector<Reply> replies;
+  replies.reserve(commands.size());
+  for (std::size_t i = 0; i < commands.size(); ++i) {
+    void* reply = nullptr;
+    if (redisGetReply(c, &reply) != REDIS_OK || reply == nullptr) fail("no reply");
+    replies.emplace_back(static_cast<redisReply*>(reply), freeReplyObject);
+  }
+  return replies;
+}
+
+}  // namespace kvcache::resp
