@@ -14,8 +14,15 @@ void run_item(const LayerRun& run, std::size_t it, const TaskBuffers& buffers, P
   SoftmaxState& state = merge.start(it);
   const BlockAttention& kernels = run.kernels[std::countr_zero(item.width)];
   const std::size_t pair = item.query * run.kv_heads + item.kv_head;
-  const float* qg = run.query(pair, item.rotation);
-  const QuantizedQuery* qq = run.quantized(pair, item.rotation);
+  const float* qg = run.query(pair);
+  const QuantizedQuery* qq = run.quantized(pair);
+  // The query as a segment turns it (a tile's segments never do: tiles share unturned spans).
+  const auto turn = [&](std::uint32_t rotation) {
+    if (item.width == 1) {
+      qg = run.query(pair, rotation);
+      qq = run.quantized(pair, rotation);
+    }
+  };
   // A tile's query heads for this kernel head, one query's after another.
   std::vector<float> tile_q;
   std::optional<QuantizedQuery> tile_q8;
@@ -43,16 +50,19 @@ void run_item(const LayerRun& run, std::size_t it, const TaskBuffers& buffers, P
                                   0,
                                   run.ahead_pages};
     for (std::size_t i = item.first; i < item.end; ++i) {
-      pages.begin = run.schedule.segments[i].begin;
-      pages.end = run.schedule.segments[i].end;
+      const Segment& segment = run.schedule.segments[i];
+      pages.begin = segment.begin;
+      pages.end = segment.end;
+      turn(segment.rotation);
       kernels(qg, qq, pages, state, pending, buffers.logits);
     }
   } else {
-    for_each_block(
-        run, item, buffers, kernels.keys(), kernels.values(), true,
-        [&](const RowBlock& keys, const RowBlock& values, std::uint64_t, std::uint32_t n) {
-          kernels(qg, qq, keys, values, n, state, pending, buffers.logits);
-        });
+    for_each_block(run, item, buffers, kernels.keys(), kernels.values(), true,
+                   [&](const RowBlock& keys, const RowBlock& values, std::uint64_t, std::uint32_t n,
+                       std::uint32_t rotation) {
+                     turn(rotation);
+                     kernels(qg, qq, keys, values, n, state, pending, buffers.logits);
+                   });
   }
   kernels.flush(pending);
   merge.finished(it, buffers.row);

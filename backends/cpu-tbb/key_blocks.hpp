@@ -10,7 +10,8 @@
 
 namespace kvcache::cpu {
 
-// body(keys, values, first slot, rows) for every block of the item's segments.
+// body(keys, values, first slot, rows, the segment's rotation) for every block of the item's
+// segments.
 template <class Body>
 void for_each_block(const LayerRun& run, const Item& item, const TaskBuffers& buffers,
                     RowFormat keys, RowFormat values, bool with_values, Body&& body) {
@@ -62,7 +63,7 @@ void for_each_block(const LayerRun& run, const Item& item, const TaskBuffers& bu
           run.store.decode_row(run.slots.sequences[seq], run.layer, kv_head, value, slot,
                                rows + (slot - b) * dim);
       }
-      body(blocks[0], blocks[1], b, n);
+      body(blocks[0], blocks[1], b, n, s.rotation);
       b = e;
     }
   }

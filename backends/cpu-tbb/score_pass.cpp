@@ -13,12 +13,13 @@ void add_scores(const LayerRun& run, const PairMerge& merge) {
     const Item& item = run.schedule.items[it];
     const std::size_t pair = item.query * run.kv_heads + item.kv_head;
     const SoftmaxState& final_state = merge.final_state(pair);
-    const float* qg = run.query(pair, item.rotation);
     const std::uint32_t group = run.group, real_heads = run.hg.count(item.kv_head % run.hg.parts);
     for_each_block(
         run, item, buffers, RowFormat::float32, RowFormat::float32, false,
-        [&](const RowBlock&, const RowBlock&, std::uint64_t first, std::uint32_t n) {
-          block_logits(qg, group, run.dim, buffers.k, n, buffers.logits);
+        [&](const RowBlock&, const RowBlock&, std::uint64_t first, std::uint32_t n,
+            std::uint32_t rotation) {
+          block_logits(run.query(pair, item.width == 1 ? rotation : 0), group, run.dim, buffers.k,
+                       n, buffers.logits);
           float* scores = run.views[run.slots.query_sequence[item.query]].scores;
           for (std::uint32_t j = 0; j < n; ++j) {
             float weight = 0.0f;

@@ -31,16 +31,15 @@ WorkSchedule schedule_work(const paging::AttentionPlan& plan, const ScheduleShap
     const std::uint64_t chunk = std::max<std::uint64_t>(512, (total + splits - 1) / splits);
     std::size_t first = w.segments.size();
     std::uint64_t taken = 0;
-    std::uint32_t rotation = slots.empty() ? 0 : slots.front().rotation;
     const auto close = [&] {
       if (first != w.segments.size())
-        w.items.push_back({query, width, h, first, w.segments.size(), rotation});
+        w.items.push_back({query, width, h, first, w.segments.size()});
       first = w.segments.size();
       taken = 0;
     };
+    // Spans of other rotations (the sinks' under positions within the cache) stay in the item:
+    // its runner turns the query per segment, and no 4-token item costs a merge.
     for (const Segment& s : slots) {
-      if (s.rotation != rotation) close();  // an item turns its query one way throughout
-      rotation = s.rotation;
       for (std::uint64_t b = s.begin; b < s.end;) {
         const std::uint64_t e = std::min(s.end, b + (chunk - taken));
         w.segments.push_back({b, e, s.rotation});

@@ -20,8 +20,7 @@ struct Item {
   std::size_t query;
   std::uint32_t width;
   std::uint32_t kv_head;
-  std::size_t first, end;
-  std::uint32_t rotation = 0;  // the query's rotation for all its segments + 1; 0: none
+  std::size_t first, end;  // each segment says how its query is turned (tiles: never)
 };
 
 struct WorkSchedule {

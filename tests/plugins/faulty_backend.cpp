@@ -19,6 +19,7 @@
 
 #include "host_store.hpp"
 #include "kvcache/formats.hpp"
+#include "kvcache/forwarding_store.hpp"
 #include "kvcache/sdk/plugin.hpp"
 #include "scalar_attention.hpp"
 #include "scalar_backend.hpp"
@@ -58,11 +59,10 @@ class Fault {
 };
 
 // The scalar store, every call forwarded; the faulty ones first ask the Fault.
-class FaultyStore final : public CacheStore {
+class FaultyStore final : public ForwardingStore {
  public:
   FaultyStore(std::unique_ptr<CacheStore> inner, std::shared_ptr<Fault> fault)
-      : inner_(std::move(inner)), fault_(std::move(fault)) {}
-  CacheStore& inner() { return *inner_; }
+      : ForwardingStore(std::move(inner)), fault_(std::move(fault)) {}
 
   void reserve(std::span<const SeqId> ids, std::span<const std::uint32_t> tokens) override {
     fault_->strike("reserve");
@@ -84,37 +84,7 @@ class FaultyStore final : public CacheStore {
     inner_->unreserve(id, tokens);
   }
 
-  StoreInfo info() const override { return inner_->info(); }
-  StoreStats stats() const override { return inner_->stats(); }
-  SeqId create_sequence() override { return inner_->create_sequence(); }
-  void release(SeqId id) override { inner_->release(id); }
-  SeqId fork(SeqId parent) override { return inner_->fork(parent); }
-  std::uint64_t length(SeqId id) const override { return inner_->length(id); }
-  std::uint64_t written(SeqId id, std::uint32_t layer) const override {
-    return inner_->written(id, layer);
-  }
-  std::vector<Position> positions(SeqId id) const override { return inner_->positions(id); }
-  std::vector<float> scores(SeqId id) const override { return inner_->scores(id); }
-  void publish_prefix(SeqId id, std::span<const std::int32_t> tokens) override {
-    inner_->publish_prefix(id, tokens);
-  }
-  std::uint64_t match_prefix(SeqId id, std::span<const std::int32_t> tokens) override {
-    return inner_->match_prefix(id, tokens);
-  }
-  std::uint64_t evict_cached(std::uint64_t count) override { return inner_->evict_cached(count); }
-  PageTable page_table(std::span<const SeqId> ids) const override {
-    return inner_->page_table(ids);
-  }
-  void gather(std::uint32_t layer, SeqId id, DLTensor& k, DLTensor& v) const override {
-    inner_->gather(layer, id, k, v);
-  }
-  std::vector<std::byte> read_tile(std::uint32_t page, std::uint32_t layer, std::uint32_t head,
-                                   bool value) const override {
-    return inner_->read_tile(page, layer, head, value);
-  }
-
  private:
-  std::unique_ptr<CacheStore> inner_;
   std::shared_ptr<Fault> fault_;
 };
 

@@ -89,7 +89,7 @@ struct TieredStore::State {
 
 TieredStore::TieredStore(std::unique_ptr<CacheStore> inner, std::unique_ptr<ByteStore> remote,
                          const ModelShape& model, TierSettings settings)
-    : inner_(std::move(inner)), remote_(std::move(remote)) {
+    : ForwardingStore(std::move(inner)), remote_(std::move(remote)) {
   if (const auto why = unsupported(*inner_, model)) throw Error(Code::unsupported, *why);
   state_ = std::make_unique<State>(*inner_, model, std::move(settings), *remote_);
 }
