@@ -459,5 +459,30 @@ TEST_F(SharedTierOverRedis, AValueEditedAtRestIsRefusedAndRemoved) {
   EXPECT_EQ(server.cli("EXISTS " + key), "0\n") << "the wrong value is removed";
 }
 
+// A server bounded by maxmemory evicts (allkeys-lru) as it takes more: the writes go on, never an
+// error, and a reader gets the verified run that is left, byte for byte.
+TEST(SharedTierOverABoundedRedis, ServerEvictionCostsHitsNeverCorrectness) {
+  testing::RedisServer server({"--maxmemory-policy", "allkeys-lru"});
+  if (!server.available()) GTEST_SKIP() << server.why();
+  std::uint64_t used = 0;
+  std::istringstream info(server.cli("INFO memory"));
+  for (std::string line; std::getline(info, line);)
+    if (line.starts_with("used_memory:")) used = std::stoull(line.substr(12));
+  ASSERT_GT(used, 0u);
+  server.cli("CONFIG SET maxmemory " + std::to_string(used + 200 * 1024));
+  const std::string transport = "transport: resp, endpoints: ['" + server.endpoint() + "']";
+  const auto a = open_with(transport, "", "fp32", "4MiB");
+  const std::vector<std::int32_t> ids = prompt(60 * kPage);  // 60 pages of 16 KiB
+  publish(*a, ids);
+  const TierStats written = *a->remote_stats();
+  EXPECT_EQ(written.written_pages + written.present_pages + written.dropped_writes, 60u);
+  EXPECT_LT(std::stoul(server.cli("DBSIZE")), 60u) << "the server evicted nothing";
+  const auto b = open_with(transport, "", "fp32", "4MiB");
+  const std::uint64_t matched = match_and_compare(*b, *a, ids);
+  EXPECT_LT(matched, 60u * kPage);
+  EXPECT_EQ(b->remote_stats()->corrupt, 0u);
+  EXPECT_EQ(b->remote_stats()->hit_pages, matched / kPage);
+}
+
 }  // namespace
 }  // namespace kvcache
