@@ -15,6 +15,7 @@
 #include "kvcache/cache.hpp"
 #include "kvcache/registry.hpp"
 #include "kvcache/tensor.hpp"
+#include "test_registry.hpp"
 
 namespace kvcache {
 namespace {
@@ -22,14 +23,7 @@ namespace {
 using ::testing::HasSubstr;
 
 std::shared_ptr<const Registry> registry() {
-  static const auto r = [] {
-    PluginSettings settings;
-    settings.paths.push_back({KVCACHE_TEST_FAULTY_PLUGIN, true, {}});
-    if (std::string(KVCACHE_TEST_GPU_EMULATOR).size() > 0)
-      settings.paths.push_back({KVCACHE_TEST_GPU_EMULATOR, true, {}});
-    return Registry::load(settings);
-  }();
-  return r;
+  return testing::test_registry();
 }
 
 const std::string kModel =

@@ -17,6 +17,7 @@
 #include "kvcache/cache.hpp"
 #include "kvcache/config.hpp"
 #include "kvcache/registry.hpp"
+#include "test_registry.hpp"
 
 namespace kvcache {
 namespace {
@@ -24,12 +25,7 @@ namespace {
 using ::testing::HasSubstr;
 
 std::shared_ptr<const Registry> registry() {
-  static const auto r = [] {
-    PluginSettings settings;
-    settings.paths.push_back({KVCACHE_TEST_FAULTY_PLUGIN, true, {}});
-    return Registry::load(settings);
-  }();
-  return r;
+  return testing::test_registry();
 }
 
 // Two layers, GQA groups of 2, fp32: 1 KiB a token, and by default 24 pages of 8 tokens.

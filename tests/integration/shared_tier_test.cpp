@@ -18,6 +18,7 @@
 #include "kvcache/remote/memory_byte_store.hpp"
 #include "kvcache/tensor.hpp"
 #include "redis_server.hpp"
+#include "test_registry.hpp"
 
 namespace kvcache {
 namespace {
@@ -30,12 +31,7 @@ using ::testing::HasSubstr;
 constexpr std::uint32_t kLayers = 2, kQ = 4, kKv = 2, kDim = 32, kPage = 16;
 
 std::shared_ptr<const Registry> registry() {
-  static const auto r = [] {
-    PluginSettings settings;
-    settings.paths.push_back({KVCACHE_TEST_FAULTY_PLUGIN, true, {}});
-    return Registry::load(settings);
-  }();
-  return r;
+  return testing::test_registry();
 }
 
 // A Cache of a tiny model whose remote section starts with `transport` (its transport and
