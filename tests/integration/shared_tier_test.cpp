@@ -2,11 +2,13 @@
 // prefix pages through a `memory` transport as two hosts would through a server, byte for byte,
 // in every format; and every fault of the store (dead, slow, full, lying, evicting) ends with
 // fewer tokens reused, counted, and never a wrong one or an error to the engine.
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -453,6 +455,35 @@ TEST_F(SharedTierOverRedis, AValueEditedAtRestIsRefusedAndRemoved) {
   EXPECT_EQ(match_and_compare(*b, *a, ids), 2u * kPage);
   EXPECT_EQ(b->remote_stats()->corrupt, 1u);
   EXPECT_EQ(server.cli("EXISTS " + key), "0\n") << "the wrong value is removed";
+}
+
+// Hosts on threads of their own (a Cache each, as processes would have) publish and match
+// through one space while their writers send: the transport, the queues and the counters are
+// shared across threads (ThreadSanitizer runs this case: its name holds "Concurrent").
+TEST(ConcurrentSharedTier, HostsPublishAndMatchWhileTheirWritersRun) {
+  const std::string space = space_name();
+  const auto store = MemorySpace::named(space);  // lives while the hosts come and go
+  constexpr int kHosts = 3;
+  std::atomic<int> flushed{0};
+  std::vector<std::thread> hosts;
+  for (int h = 0; h < kHosts; ++h)
+    hosts.emplace_back([&, h] {
+      const auto cache = open(space);
+      publish(*cache, prompt(4 * kPage, 10 + h));
+      publish(*cache, prompt(3 * kPage, 99));  // the same prompt on every host
+      ++flushed;
+      while (flushed < kHosts) std::this_thread::yield();
+      for (int other = 0; other < kHosts; ++other) {
+        const SeqId id = cache->add_sequence();
+        EXPECT_EQ(cache->match_prefix(id, prompt(4 * kPage, 10 + other)), 4u * kPage);
+      }
+      const TierStats s = *cache->remote_stats();
+      EXPECT_EQ(s.hit_pages, 4u * (kHosts - 1));
+      EXPECT_EQ(s.corrupt, 0u);
+      EXPECT_EQ(s.written_pages + s.present_pages, 7u);
+    });
+  for (std::thread& t : hosts) t.join();
+  EXPECT_EQ(store->size(), 4u * kHosts + 3);
 }
 
 // A server bounded by maxmemory evicts (allkeys-lru) as it takes more: the writes go on, never an
