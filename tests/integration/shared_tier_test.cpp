@@ -486,6 +486,32 @@ TEST(ConcurrentSharedTier, HostsPublishAndMatchWhileTheirWritersRun) {
   EXPECT_EQ(store->size(), 4u * kHosts + 3);
 }
 
+// Tenants separated by the server: an ACL user limited to its label's keys (~kvc1:<label>:*)
+// shares its own pages; used for another label, every read and write is refused (NOPERM), which
+// the tier takes as misses and drops.
+TEST_F(SharedTierOverRedis, AnAclUserReachesOnlyItsNamespace) {
+  server.cli("ACL SETUSER tenant-b on '>secret' '~kvc1:tenant-b:*' +@all");
+  ::setenv("KVCACHE_TEST_REDIS_PASSWORD", "secret", 1);
+  const std::string as_b =
+      "transport: {name: resp, username: tenant-b, password_env: "
+      "KVCACHE_TEST_REDIS_PASSWORD}, endpoints: ['" +
+      server.endpoint() + "']";
+  const auto own = open_with(as_b, ", namespace: {label: tenant-b}");
+  publish(*own, ids);
+  EXPECT_EQ(own->remote_stats()->written_pages, 5u);
+  EXPECT_EQ(open_with(as_b, ", namespace: {label: tenant-b}")->lookup_prefix(ids), 5u * kPage);
+  // Tenant a's pages, written by a user who may: tenant b's user can neither read nor add to them.
+  const std::string as_default = "transport: resp, endpoints: ['" + server.endpoint() + "']";
+  publish(*open_with(as_default, ", namespace: {label: tenant-a}"), prompt(2 * kPage, 4));
+  const auto intruder = open_with(as_b, ", namespace: {label: tenant-a}");
+  EXPECT_EQ(intruder->match_prefix(intruder->add_sequence(), prompt(2 * kPage, 4)), 0u);
+  EXPECT_GE(intruder->remote_stats()->failures, 1u);
+  publish(*intruder, prompt(2 * kPage, 5));
+  EXPECT_EQ(intruder->remote_stats()->written_pages, 0u);
+  EXPECT_EQ(intruder->remote_stats()->dropped_writes, 2u);
+  EXPECT_EQ(server.cli("DBSIZE"), "7\n") << "tenant b's five pages and tenant a's two";
+}
+
 // A server bounded by maxmemory evicts (allkeys-lru) as it takes more: the writes go on, never an
 // error, and a reader gets the verified run that is left, byte for byte.
 TEST(SharedTierOverABoundedRedis, ServerEvictionCostsHitsNeverCorrectness) {

@@ -35,10 +35,12 @@ Endpoint parse_endpoint(const std::string& text) {
 }
 
 Connection::Connection(Endpoint endpoint, std::chrono::milliseconds connect_timeout,
-                       std::chrono::milliseconds timeout, std::string password)
+                       std::chrono::milliseconds timeout, std::string username,
+                       std::string password)
     : endpoint_(std::move(endpoint)),
       connect_timeout_(connect_timeout),
       timeout_(timeout),
+      username_(std::move(username)),
       password_(std::move(password)) {}
 
 Connection::~Connection() {
@@ -61,7 +63,9 @@ redisContext* Connection::connect() {
   if (context_->err != 0) fail("cannot connect");
   if (redisSetTimeout(context_, to_timeval(timeout_)) != REDIS_OK) fail("cannot set the timeout");
   if (!password_.empty()) {
-    const std::vector<std::string_view> auth{"AUTH", password_};
+    std::vector<std::string_view> auth{"AUTH"};
+    if (!username_.empty()) auth.push_back(username_);
+    auth.push_back(password_);
     const std::vector<Reply> replies = pipeline({auth});
     if (replies[0]->type == REDIS_REPLY_ERROR) {
       const std::string why(replies[0]->str, replies[0]->len);

@@ -26,8 +26,10 @@ using Reply = std::unique_ptr<redisReply, void (*)(void*)>;
 
 class Connection {
  public:
+  // With a password, each connection starts with AUTH (as `username` when one is given: a
+  // Redis 6 ACL user).
   Connection(Endpoint endpoint, std::chrono::milliseconds connect_timeout,
-             std::chrono::milliseconds timeout, std::string password);
+             std::chrono::milliseconds timeout, std::string username, std::string password);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -44,7 +46,7 @@ class Connection {
 
   Endpoint endpoint_;
   std::chrono::milliseconds connect_timeout_, timeout_;
-  std::string password_;
+  std::string username_, password_;
   redisContext* context_ = nullptr;
 };
 

@@ -10,7 +10,7 @@ namespace kvcache::resp {
 namespace {
 
 Connection connection_of(const sdk::Options& o) {
-  o.only({"endpoints", "connect_timeout_ms", "timeout_ms", "password_env"});
+  o.only({"endpoints", "connect_timeout_ms", "timeout_ms", "username", "password_env"});
   const nlohmann::json endpoints = o.json().value("endpoints", nlohmann::json::array());
   if (!endpoints.is_array() || endpoints.size() != 1 || !endpoints[0].is_string())
     throw Error(Code::invalid_argument,
@@ -28,7 +28,7 @@ Connection connection_of(const sdk::Options& o) {
   return Connection(parse_endpoint(endpoints[0].get<std::string>()),
                     std::chrono::milliseconds(o.get<std::uint32_t>("connect_timeout_ms", 100)),
                     std::chrono::milliseconds(o.get<std::uint32_t>("timeout_ms", 1000)),
-                    std::move(password));
+                    o.get<std::string>("username", ""), std::move(password));
 }
 
 // An error reply (a full server, a cluster's redirection, a wrong type) fails the whole call:

@@ -4,7 +4,8 @@
 // endpoint after the first is refused rather than half-used.
 //
 // Options: endpoints [host:port] (one), connect_timeout_ms (100), timeout_ms (1000),
-// password_env (a variable holding the AUTH password; none by default).
+// password_env (a variable holding the AUTH password; none by default), username (an ACL user,
+// with password_env: a tenant's user may be limited to its keys, ~kvc1:<label>:*).
 #pragma once
 
 #include <mutex>
