@@ -12,6 +12,7 @@
 #include "commands.hpp"
 #include "format_spec.hpp"
 #include "kvcache/registry.hpp"
+#include "kvcache/remote/memory_byte_store.hpp"
 #include "serving_simulation.hpp"
 #include "step_benchmark.hpp"
 #include "validators.hpp"
@@ -86,6 +87,48 @@ void add_step_command(CLI::App& bench, const Globals& globals) {
   });
 }
 
+// The same requests on `count` replicas, one after the other, sharing prefix pages through the
+// config's remote tier, or through an in-process space when it has none (one process standing in
+// for a fleet: what replica 2 pulls, it would otherwise have prefilled).
+nlohmann::json run_replicas(Config config, std::shared_ptr<const Registry> registry,
+                            const SimulationOptions& o, std::uint32_t count) {
+  std::shared_ptr<remote::MemorySpace> space;  // lives across the replicas
+  if (!config.remote) {
+    RemoteSettings shared;
+    shared.transport.name = "memory";
+    shared.endpoints = {"kvcache-bench-replicas"};
+    shared.model = "kvcache bench (synthetic K/V)";
+    config.remote = shared;
+  }
+  if (config.remote->transport.name == "memory")
+    space = remote::MemorySpace::named(config.remote->endpoints.at(0));
+  nlohmann::json replicas = nlohmann::json::array();
+  for (std::uint32_t i = 0; i < count; ++i) {
+    SimulationOptions quiet = o;
+    quiet.progress = false;
+    replicas.push_back(run_serving_simulation(config, registry, quiet));
+  }
+  return {{"replicas", replicas}};
+}
+
+void print_replicas(const nlohmann::json& r, bool json) {
+  if (json) {
+    std::cout << r.dump() << '\n';
+    return;
+  }
+  int i = 0;
+  for (const nlohmann::json& replica : r["replicas"]) {
+    const nlohmann::json& tier = replica["remote"];
+    std::cout << fmt::format(
+        "replica {}: {:.0f} tokens/s; prefix cache {:.1f}% of prompt tokens reused; shared tier: "
+        "{} pages pulled ({} prefill tokens), {} written, {} found there\n",
+        ++i, replica["tokens_per_second"].get<double>(),
+        100 * replica["prefix_hit_rate"].get<double>(), tier["pages_pulled"].get<std::uint64_t>(),
+        tier["prefill_tokens_pulled"].get<std::uint64_t>(),
+        tier["pages_written"].get<std::uint64_t>(), tier["pages_present"].get<std::uint64_t>());
+  }
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app, const Globals& globals) {
@@ -93,10 +136,12 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
       "bench",
       "Serving simulation through the Cache (the main job); `bench attention`: one kernel");
   bench->require_subcommand(0, 1);
-  examples(bench, {"kvcache bench", "kvcache bench --config my.yaml --requests 200 --json",
-                   "kvcache bench --trace requests.jsonl --chart run.svg"});
+  examples(bench,
+           {"kvcache bench", "kvcache bench --config my.yaml --requests 200 --json",
+            "kvcache bench --replicas 2", "kvcache bench --trace requests.jsonl --chart run.svg"});
   struct SimFlags {
     SimulationOptions options;
+    std::uint32_t replicas = 1;
     bool json = false;
   };
   auto sim = std::make_shared<SimFlags>();
@@ -123,14 +168,24 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
   bench->add_option("--trace", so.trace,
                     "JSONL: arrival, prompt_tokens, output_tokens, prefix_id (optional)");
   bench->add_option("--chart", so.chart, "write an SVG of memory use and throughput over time");
+  bench
+      ->add_option("--replicas", sim->replicas,
+                   "replicas that run the same requests one after the other, sharing prefix "
+                   "pages through the config's remote tier (an in-process one when it has none)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 8));
   bench->add_flag("--json", sim->json, "print one JSON object");
   bench->callback([&globals, bench, sim] {
     if (globals.checks_only) return;
     if (!bench->get_subcommands().empty()) return;  // `bench attention` or `bench step` ran
     SimulationOptions o = sim->options;
     o.progress = !sim->json;
-    const Config config = selected_config(globals);
+    Config config = selected_config(globals);
     const auto registry = Registry::load(config.plugins);
+    if (sim->replicas > 1) {
+      print_replicas(run_replicas(config, registry, o, sim->replicas), sim->json);
+      return;
+    }
     const nlohmann::json r = run_serving_simulation(config, registry, o);
     if (sim->json) {
       std::cout << r.dump() << '\n';

@@ -462,6 +462,19 @@ nlohmann::json run_serving_simulation(const Config& config,
   Simulation simulation(*cache, *mask, o, std::move(requests),
                         static_cast<double>(config.model.layers) / layers);
   nlohmann::json report = simulation.run();
+  if (cache->remote_stats()) {  // a shared tier: its writes finish, and what it did is reported
+    cache->flush_remote(std::chrono::seconds(60));
+    const remote::TierStats t = *cache->remote_stats();
+    report["remote"] = {{"pages_pulled", t.hit_pages},
+                        {"prefill_tokens_pulled", t.hit_pages * config.cache.page_size},
+                        {"pages_written", t.written_pages},
+                        {"pages_present", t.present_pages},
+                        {"dropped_writes", t.dropped_writes},
+                        {"corrupt", t.corrupt},
+                        {"failures", t.failures},
+                        {"lookup_p50_us", t.lookup_p50_us},
+                        {"lookup_p99_us", t.lookup_p99_us}};
+  }
   try {
     report["quant_error"] = quantization_error(config, registry);
   } catch (const Error& e) {  // e.g. a third-party format: the run's results still count
