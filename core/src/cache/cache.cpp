@@ -215,8 +215,7 @@ namespace {
 // Puts the shared tier in front of the store. A store that cannot copy pages (a plugin before
 // ABI 1.7) keeps working without it, saying so.
 void attach_tier(Cache::Impl& impl, const RemoteSettings& remote, const Config& config) {
-  remote::TierSettings settings;
-  settings.label = remote.label;
+  remote::TierSettings settings{remote, {}, {}};
   if (!remote.salt_env.empty()) {
     const char* salt = std::getenv(remote.salt_env.c_str());
     if (salt == nullptr)
@@ -224,15 +223,8 @@ void attach_tier(Cache::Impl& impl, const RemoteSettings& remote, const Config& 
                   "remote.namespace.salt_env names " + remote.salt_env + ", which is not set");
     settings.salt = salt;
   }
-  settings.model = remote.model;
   settings.formats = {config.k_quantizer.name, config.k_quantizer.options, config.v_quantizer.name,
                       config.v_quantizer.options};
-  settings.queue_bytes = remote.queue_bytes;
-  settings.min_pages = remote.min_pages;
-  settings.batch_pages = remote.batch_pages;
-  settings.deadline = std::chrono::milliseconds(remote.deadline_ms);
-  settings.breaker_failures = remote.breaker_failures;
-  settings.breaker_open = std::chrono::milliseconds(remote.breaker_open_ms);
   std::unique_ptr<remote::ByteStore> transport = remote::make_transport(remote, *impl.registry);
   if (const auto why = remote::TieredStore::unsupported(*impl.store, config.model)) {
     spdlog::warn("shared tier off: backend {}: {}", impl.backend_name, *why);

@@ -30,13 +30,9 @@ class Breaker {
     std::lock_guard lock(mutex_);
     if (++failures_ >= limit_) open_until_ = Clock::now() + open_for_;
   }
-  bool open() const {
-    std::lock_guard lock(mutex_);
-    return failures_ >= limit_ && Clock::now() < open_until_;
-  }
 
  private:
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::uint32_t limit_;
   std::chrono::milliseconds open_for_;
   std::uint32_t failures_ = 0;

@@ -18,12 +18,13 @@ constexpr std::size_t kLatencies = 1024;     // lookups kept for the percentiles
 constexpr std::size_t kKnownKeys = 1 << 20;  // keys remembered as in the store, at most
 
 KeyChain make_chain(const CacheStore& inner, const ModelShape& model, const TierSettings& s) {
-  if (s.model.empty())
+  if (s.remote.model.empty())
     throw Error(Code::invalid_argument,
                 "the shared tier needs the model's identity (remote.model), so that only hosts "
                 "running the same weights share pages");
   const StoreInfo info = inner.info();
-  return KeyChain(s.label, s.salt, model_fingerprint(s.model, model, 0, model.kv_heads),
+  return KeyChain(s.remote.label, s.salt,
+                  model_fingerprint(s.remote.model, model, 0, model.kv_heads),
                   format_fingerprint(s.formats, info), info.page_size);
 }
 
@@ -43,8 +44,9 @@ struct TieredStore::State {
         chain(make_chain(inner, model, settings)),
         image_bytes(page_image_bytes(inner.info(), model)),
         layers(model.layers),
-        breaker(settings.breaker_failures, settings.breaker_open),
-        queue(remote, breaker, settings.queue_bytes, writes) {}
+        breaker(settings.remote.breaker_failures,
+                std::chrono::milliseconds(settings.remote.breaker_open_ms)),
+        queue(remote, breaker, settings.remote.queue_bytes, writes) {}
 
   TierSettings settings;
   KeyChain chain;
@@ -75,6 +77,15 @@ struct TieredStore::State {
     std::vector<std::string> out;
     for (std::uint64_t i = from; i < end; ++i) out.push_back(chain.key(digests[i]));
     return out;
+  }
+  // Page i of token_ids as its value must name it.
+  PageIdentity page(std::span<const Digest> digests, std::uint64_t i,
+                    std::span<const std::int32_t> token_ids) const {
+    return {&chain, i, i == 0 ? chain.root() : digests[i - 1], digests[i],
+            token_ids.subspan(i * chain.page_size(), chain.page_size())};
+  }
+  Clock::time_point deadline_from(Clock::time_point start) const {
+    return start + std::chrono::milliseconds(settings.remote.deadline_ms);
   }
   void failed(const ByteStore& remote, const std::exception& e) {
     spdlog::debug("shared tier: {} failed: {}", remote.describe(), e.what());
@@ -128,9 +139,7 @@ void TieredStore::publish_prefix(SeqId sequence, std::span<const std::int32_t> t
     const std::string key = st.chain.key(digests[i]);
     if (st.known.contains(key)) continue;
     inner_->export_page(static_cast<std::uint32_t>(table.indices[i]), image);
-    const PageIdentity page{&st.chain, i, i == 0 ? st.chain.root() : digests[i - 1], digests[i],
-                            token_ids.subspan(i * st.chain.page_size(), st.chain.page_size())};
-    if (st.queue.push(key, encode_page(page, image))) st.remember(key);
+    if (st.queue.push(key, encode_page(st.page(digests, i, token_ids), image))) st.remember(key);
   }
   staged = full;
 }
@@ -139,7 +148,7 @@ std::uint64_t TieredStore::match_prefix(SeqId sequence, std::span<const std::int
   const std::uint32_t page_size = state_->chain.page_size();
   const std::uint64_t pages = token_ids.size() / page_size;
   const std::uint64_t local = inner_->lookup_prefix(token_ids) / page_size;
-  if (pages > local && pages - local >= state_->settings.min_pages) {
+  if (pages > local && pages - local >= state_->settings.remote.min_pages) {
     // A sequence of the tier's own holds the local prefix while pages come in, so that making
     // room for them (an import may reclaim the oldest cached page) never takes one of its pages.
     const SeqId pin = inner_->create_sequence();
@@ -161,10 +170,10 @@ void TieredStore::release(SeqId sequence) {
   state_->staged.erase(sequence);
 }
 
-std::uint64_t TieredStore::pull(std::span<const std::int32_t> token_ids, std::uint64_t from,
-                                std::uint64_t to) {
+void TieredStore::pull(std::span<const std::int32_t> token_ids, std::uint64_t from,
+                       std::uint64_t to) {
   State& st = *state_;
-  const Clock::time_point start = Clock::now(), deadline = start + st.settings.deadline;
+  const Clock::time_point start = Clock::now(), deadline = st.deadline_from(start);
   ++st.lookups;
   const std::uint32_t page_size = st.chain.page_size();
   // Each import takes a free page or reclaims the oldest cached one; the pages of this run are
@@ -178,7 +187,7 @@ std::uint64_t TieredStore::pull(std::span<const std::int32_t> token_ids, std::ui
   std::uint64_t next = from;
   bool more = true;
   while (more && next < to && Clock::now() < deadline) {
-    const std::uint64_t end = std::min<std::uint64_t>(to, next + st.settings.batch_pages);
+    const std::uint64_t end = std::min<std::uint64_t>(to, next + st.settings.remote.batch_pages);
     std::vector<std::string> keys = st.keys(digests, next, end);
     if (!st.breaker.allow()) {
       ++st.skipped;
@@ -202,9 +211,8 @@ std::uint64_t TieredStore::pull(std::span<const std::int32_t> token_ids, std::ui
       }
       st.bytes_read += values[j]->size();
       const std::uint64_t i = next;
-      const PageIdentity page{&st.chain, i, i == 0 ? st.chain.root() : digests[i - 1], digests[i],
-                              token_ids.subspan(i * page_size, page_size)};
-      const Checked checked = check_page(*values[j], page, st.image_bytes);
+      const Checked checked =
+          check_page(*values[j], st.page(digests, i, token_ids), st.image_bytes);
       if (!checked.ok()) {
         spdlog::warn("shared tier: {} holds a wrong value for page {} ({}): {}; it is removed",
                      remote_->describe(), i, keys[j], checked.problem);
@@ -231,7 +239,6 @@ std::uint64_t TieredStore::pull(std::span<const std::int32_t> token_ids, std::ui
   }
   st.misses += to - next;
   st.record(start);
-  return next - from;
 }
 
 std::uint64_t TieredStore::remote_lookup(std::span<const std::int32_t> token_ids) {
@@ -240,11 +247,12 @@ std::uint64_t TieredStore::remote_lookup(std::span<const std::int32_t> token_ids
   const std::uint64_t pages = token_ids.size() / page_size;
   std::uint64_t next = inner_->lookup_prefix(token_ids) / page_size;
   if (next >= pages || !st.breaker.allow()) return next * page_size;
-  const Clock::time_point start = Clock::now(), deadline = start + st.settings.deadline;
+  const Clock::time_point start = Clock::now(), deadline = st.deadline_from(start);
   const std::vector<Digest> digests = st.chain.digests(token_ids, pages);
   try {
     while (next < pages && Clock::now() < deadline) {
-      const std::uint64_t end = std::min<std::uint64_t>(pages, next + st.settings.batch_pages);
+      const std::uint64_t end =
+          std::min<std::uint64_t>(pages, next + st.settings.remote.batch_pages);
       const std::vector<std::string> keys = st.keys(digests, next, end);
       const std::size_t hits = held_run(*remote_, keys);
       next += hits;

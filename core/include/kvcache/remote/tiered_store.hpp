@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kvcache/cache_store.hpp"
+#include "kvcache/config.hpp"
 #include "kvcache/export.hpp"
 #include "kvcache/forwarding_store.hpp"
 #include "kvcache/remote/byte_store.hpp"
@@ -29,17 +30,12 @@
 
 namespace kvcache::remote {
 
+// The config's `remote:` section (namespace label, the model's identity, queue, read and breaker
+// limits) and what it resolves to here: the salt its variable holds, the formats of the store.
 struct TierSettings {
-  std::string label = "default";  // the namespace, in every key
-  std::string salt;               // the namespace's secret, in the root of every key
-  std::string model;              // the model's identity (weights), required
+  RemoteSettings remote;
+  std::string salt;  // the namespace's secret, in the root of every key
   FormatIdentity formats;
-  std::uint64_t queue_bytes = 256ull << 20;  // staged writes at most
-  std::uint32_t min_pages = 1;               // ask the store only when this many pages could come
-  std::uint32_t batch_pages = 64;            // keys per probe and get
-  std::chrono::milliseconds deadline{2000};  // for one prefix's pull
-  std::uint32_t breaker_failures = 3;
-  std::chrono::milliseconds breaker_open{10000};
 };
 
 class KVCACHE_API TieredStore final : public ForwardingStore {
@@ -57,7 +53,6 @@ class KVCACHE_API TieredStore final : public ForwardingStore {
   // Waits until the pages staged so far are written (or dropped); false if the deadline passed.
   bool flush(std::chrono::milliseconds deadline);
   TierStats tier_stats() const;
-  const ByteStore& transport() const { return *remote_; }
 
   void publish_prefix(SeqId sequence, std::span<const std::int32_t> token_ids) override;
   std::uint64_t match_prefix(SeqId sequence, std::span<const std::int32_t> token_ids) override;
@@ -66,9 +61,8 @@ class KVCACHE_API TieredStore final : public ForwardingStore {
   struct State;
 
  private:
-  // Pulls pages [from, to) of token_ids while they come, verified, in order; returns how many
-  // were imported (or found present).
-  std::uint64_t pull(std::span<const std::int32_t> token_ids, std::uint64_t from, std::uint64_t to);
+  // Pulls pages [from, to) of token_ids while they come, verified, in order, importing each.
+  void pull(std::span<const std::int32_t> token_ids, std::uint64_t from, std::uint64_t to);
 
   std::unique_ptr<ByteStore> remote_;
   std::unique_ptr<State> state_;
