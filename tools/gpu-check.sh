@@ -7,6 +7,8 @@
 #   QUICK=1 tools/gpu-check.sh            # fewer benchmark shapes
 #   SKIP_BUILD=1 BUILD_DIR=.gpu tools/gpu-check.sh    # a tree staged elsewhere by tools/gpu-stage.sh
 #   SANITIZE=1 tools/gpu-check.sh         # also run a slice of the suites under compute-sanitizer
+#   PROFILE=1 tools/gpu-check.sh          # also profile the attention kernel with Nsight Compute
+#   STAGES=1 tools/gpu-check.sh           # also time the staged kernel at 2, 3 and 4 buffers a warp
 #
 # Prints the device, the conformance result (the suite must run on cuda, not skip) and a table of
 # decode attention for Llama-3-8B shapes: GB/s of KV read as a fraction of the device's bandwidth
@@ -71,32 +73,65 @@ for suite in store_conformance_test attention_conformance_test step_test; do
   fi
 done
 
+bench_line() {  # format tokens batch [env...]: one JSON line of `kvcache bench attention`
+  local f=$1 t=$2 b=$3
+  shift 3
+  env "$@" "$build/bin/kvcache" bench attention --backend cuda --format "$f" --tokens "$t" \
+    --batch "$b" --min-seconds 0.3 --json 2>&1
+}
+
+if [[ -n ${STAGES:-} ]]; then
+  step "the staged kernel's buffers per warp (KVCACHE_GPU_STAGES): fraction of bandwidth, call us"
+  printf '%-16s %-8s %16s %16s %16s\n' format case "2 buffers" "3 buffers" "4 buffers"
+  for f in fp16 bf16 int8-per-token fp8-e4m3 int4-group; do
+    for c in 8192x8 32768x8; do
+      row=$(printf '%-16s %-8s' "$f" "$c")
+      for st in 2 3 4; do
+        line=$(bench_line "$f" "${c%x*}" "${c#*x}" KVCACHE_GPU_STAGES=$st) || line='{}'
+        row+=$(echo "$line" | python3 -c 'import json,sys
+try:
+    r=json.load(sys.stdin); print(" %8.2f %7.1f" % (r["bandwidth_fraction"], r["seconds"] * 1e6), end="")
+except Exception:
+    print("   failed        ", end="")')
+      done
+      echo "$row"
+    done
+  done
+fi
+
 step "decode attention benchmarks (Llama-3-8B: 32 q heads, 8 KV heads, head_dim 128, page 16)"
 results=$logs/gpu-check.jsonl
 : >"$results"
 formats=(fp16 bf16 int8-per-token fp8-e4m3 int4-group)
-tokens=(4096 8192 32768)
-batches=(1 8 32)
-if [[ -n ${QUICK:-} ]]; then
-  tokens=(8192)
-  batches=(8)
-fi
-printf '%-16s %7s %6s %10s %10s %9s %14s\n' format tokens batch "GB/s" "device GB/s" fraction tokens/s
+cases=(4096x1 4096x8 4096x32 8192x8 32768x1 32768x8 32768x32)  # tokens x batch
+[[ -n ${QUICK:-} ]] && cases=(4096x1 8192x8 32768x8)
+printf '%-16s %7s %6s %10s %10s %9s %14s %9s\n' format tokens batch "GB/s" "device GB/s" fraction \
+  tokens/s "call us"
 for f in "${formats[@]}"; do
-  for t in "${tokens[@]}"; do
-    for b in "${batches[@]}"; do
-      if ! line=$("$build/bin/kvcache" bench attention --backend cuda --format "$f" --tokens "$t" \
-        --batch "$b" --min-seconds 0.3 --json 2>&1); then
-        echo "$f $t x $b FAILED: $line"
-        status=1
-        continue
-      fi
-      echo "$line" >>"$results"
-      echo "$line" | python3 -c 'import json,sys; r=json.load(sys.stdin); print("%-16s %7d %6d %10.0f %10.0f %9.2f %14.0f" % (r["k_format"], r["tokens"], r["batch"], r["gbps"], r["read_bandwidth_gbps"], r["bandwidth_fraction"], r["tokens_per_second"]))'
-    done
+  for c in "${cases[@]}"; do
+    t=${c%x*} b=${c#*x}
+    if ! line=$(bench_line "$f" "$t" "$b"); then
+      echo "$f $t x $b FAILED: $line"
+      status=1
+      continue
+    fi
+    echo "$line" >>"$results"
+    echo "$line" | python3 -c 'import json,sys; r=json.load(sys.stdin); print("%-16s %7d %6d %10.0f %10.0f %9.2f %14.0f %9.1f" % (r["k_format"], r["tokens"], r["batch"], r["gbps"], r["read_bandwidth_gbps"], r["bandwidth_fraction"], r["tokens_per_second"], r["seconds"] * 1e6))'
   done
 done
 echo "JSON lines: $results"
+
+step "decode steps at batch 1 (4096 tokens, 32 layers, Llama-3-8B heads): time per layer"
+for f in fp16 int8-per-token; do
+  if line=$("$build/bin/kvcache" bench step --backend cuda --format "$f" --batch 1 --tokens 4096 \
+    --layers 32 --q-heads 32 --kv-heads 8 --head-dim 128 --steps 30 --json 2>&1); then
+    echo "$line" >>"$results"
+    echo "$line" | python3 -c 'import json,sys; r=json.load(sys.stdin); p=r["planned"]; l=r["per_layer"]; n=r["layers"]; print("%-16s planned once: %.1f us a layer (attention kernels %.1f us); planned per layer: %.1f us" % (r["format"], p["step_seconds"] / n * 1e6, r["attention_kernel_seconds"] / n * 1e6, l["step_seconds"] / n * 1e6))'
+  else
+    echo "$f FAILED: $line"
+    status=1
+  fi
+done
 
 step "main job on cuda (kvcache bench, embedded default config)"
 if ! "$build/bin/kvcache" bench 2>&1 | tail -12; then
@@ -116,6 +151,19 @@ if [[ -n ${SANITIZE:-} ]]; then
       grep -E 'ERROR SUMMARY|Invalid|Race|FAILED' "$logs/gpu-check-$tool.log" | head -10 || true
       status=1
     fi
+  done
+fi
+
+if [[ -n ${PROFILE:-} ]]; then
+  step "Nsight Compute: the attention kernel at 32k x 8 (fp16, int8, int4)"
+  for f in fp16 int8-per-token int4-group; do
+    timeout 120 ncu --clock-control none --kernel-name regex:attend --launch-skip 4 --launch-count 1 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+      --section MemoryWorkloadAnalysis "$build/bin/kvcache" bench attention --backend cuda \
+      --format "$f" --tokens 32768 --batch 8 --min-seconds 0 >"$logs/gpu-check-ncu-$f.log" 2>&1 ||
+      echo "ncu on $f failed (see $logs/gpu-check-ncu-$f.log)"
+    grep -E "DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Warp Cycles Per Issued|Dynamic Shared" \
+      "$logs/gpu-check-ncu-$f.log" | sed "s/^ */$f: /" | head -12 || true
   done
 fi
 

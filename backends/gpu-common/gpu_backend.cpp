@@ -20,6 +20,12 @@ Capabilities gpu_capabilities(const char* device_kind) {
     c.head_dims.push_back(d);
   c.device_kind = device_kind;
   c.query_rotation = true;
+  // The staged kernel dots int8 and int4 keys with int8 queries (staged_attention.cuh): q rounded
+  // per 64 elements to steps of its largest |element| / 127; float queries when scores are kept.
+  c.numerics["query_rounding"] = {{"formats", {"int8-per-token", "int4-group"}},
+                                  {"bits", 8},
+                                  {"block", 64},
+                                  {"except_with_scores", true}};
   return c;
 }
 

@@ -1,40 +1,11 @@
 // The GPU kernels, one source for nvcc and hipcc (and, in the tests, for the C++ compiler over the
-// CPU emulator of tests/gpu-emulator). The vendor differences are the runtime header, the launch
-// and the warp shuffle, whose width is fixed at 32 lanes: NVIDIA warps, and the halves of an AMD
-// wave64 (or a whole wave32), behave the same.
-#if defined(__HIPCC__)
-#include <hip/hip_fp16.h>
-#include <hip/hip_runtime.h>
-#define KVC_SHFL(v, lane) __shfl((v), (lane), 32)
-#define KVC_SHFL_XOR(v, mask) __shfl_xor((v), (mask), 32)
-#define KVC_LAUNCH(kernel, grid, block, stream) kernel<<<(grid), (block), 0, (stream)>>>
-#define KVC_UNROLL _Pragma("unroll")
-#define KVC_INLINE __device__ __forceinline__
-#elif defined(__CUDACC__)
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
-#include <cuda_runtime.h>
-#define KVC_SHFL(v, lane) __shfl_sync(0xFFFFFFFFu, (v), (lane), 32)
-#define KVC_SHFL_XOR(v, mask) __shfl_xor_sync(0xFFFFFFFFu, (v), (mask), 32)
-#define KVC_LAUNCH(kernel, grid, block, stream) kernel<<<(grid), (block), 0, (stream)>>>
-#define KVC_UNROLL _Pragma("unroll")
-#define KVC_INLINE __device__ __forceinline__
-#else
-#include "emulated_device.hpp"
-#define KVC_UNROLL
-#define KVC_INLINE inline
-#define KVC_SHFL(v, lane) ::kvcache::gpu::emu::shfl((v), (lane))
-#define KVC_SHFL_XOR(v, mask) ::kvcache::gpu::emu::shfl_xor((v), (mask))
-#define KVC_LAUNCH(kernel, grid, block, stream) \
-  ::kvcache::gpu::emu::launch((grid), (block), (stream), kernel)
-#endif
-
-#include "kernels.hpp"
+// CPU emulator of tests/gpu-emulator); kernel_support.hpp holds what differs between vendors.
+// Decode attention over the common formats is staged_attention.cuh's.
+#include "kernel_support.hpp"
+#include "staged_attention.cuh"
 
 namespace kvcache::gpu {
 namespace {
-
-constexpr std::uint32_t kWarp = 32;
 
 void check_launch(const char* kernel) {
   check(GPU(GetLastError)(), kernel);
@@ -42,30 +13,6 @@ void check_launch(const char* kernel) {
 
 std::uint32_t blocks_for(std::uint64_t threads, std::uint32_t per_block) {
   return static_cast<std::uint32_t>((threads + per_block - 1) / per_block);
-}
-
-__device__ float load_input(const void* p, Dtype t, std::uint64_t i) {
-  switch (t) {
-    case Dtype::f16:
-      return fp16_value(static_cast<const std::uint16_t*>(p)[i]);
-    case Dtype::bf16:
-      return bf16_value(static_cast<const std::uint16_t*>(p)[i]);
-    default:
-      return static_cast<const float*>(p)[i];
-  }
-}
-
-__device__ void store_output(void* p, Dtype t, std::uint64_t i, float x) {
-  switch (t) {
-    case Dtype::f16:
-      static_cast<std::uint16_t*>(p)[i] = fp16_bits(x);
-      return;
-    case Dtype::bf16:
-      static_cast<std::uint16_t*>(p)[i] = bf16_bits(x);
-      return;
-    default:
-      static_cast<float*>(p)[i] = x;
-  }
 }
 
 // ---- append, gather, poison, compaction ----
@@ -207,50 +154,6 @@ constexpr std::uint32_t kUnroll = 2;
 constexpr std::uint32_t kNoPage = 0xFFFFFFFFu;
 constexpr std::uint32_t kInPage = kMaxPageSize - 1, kHeldK = kMaxPageSize, kHeldV = kHeldK << 1;
 
-// fp16 and fp8 with the device's conversion instructions where it has them; the same exact
-// values as the codec's portable conversions, which the emulator uses.
-__device__ void halves_to_floats(std::uint32_t w, float& lo, float& hi) {
-#if defined(__CUDACC__) || defined(__HIPCC__)
-  __half2 h;
-  std::memcpy(&h, &w, 4);
-  const float2 f = __half22float2(h);
-  lo = f.x;
-  hi = f.y;
-#else
-  lo = fp16_value(static_cast<std::uint16_t>(w));
-  hi = fp16_value(static_cast<std::uint16_t>(w >> 16));
-#endif
-}
-
-__device__ void fp8_pair_to_floats(std::uint32_t pair, float& lo, float& hi) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  const __half2_raw h =
-      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
-  halves_to_floats(std::uint32_t{h.x} | std::uint32_t{h.y} << 16, lo, hi);
-#else
-  lo = fp8_value(static_cast<std::uint8_t>(pair));
-  hi = fp8_value(static_cast<std::uint8_t>(pair >> 8));
-#endif
-}
-
-// N 32-bit words from p, aligned to 4 * N bytes, in one load.
-template <int N>
-__device__ void load_words(const std::uint8_t* p, std::uint32_t* w) {
-#if defined(__CUDACC__) || defined(__HIPCC__)
-  if constexpr (N == 4) {
-    const uint4 v = *reinterpret_cast<const uint4*>(p);
-    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
-  } else if constexpr (N == 2) {
-    const uint2 v = *reinterpret_cast<const uint2*>(p);
-    w[0] = v.x, w[1] = v.y;
-  } else {
-    w[0] = *reinterpret_cast<const std::uint32_t*>(p);
-  }
-#else
-  std::memcpy(w, p, 4 * N);
-#endif
-}
-
 // A chunk of a row as loaded: up to 16 bytes of codes and one word of metadata (the token's
 // scale for int8 and fp8, the group's scale and minimum for int4). fp32's second 16 bytes are
 // read when decoding: registers for them would cost every format occupancy.
@@ -267,7 +170,6 @@ struct RowAt {
 };
 
 // Issues the loads of chunk c of a row (kivi-k's per-channel metadata is read when decoding).
-// `kind` is f.kind, or the same known at compile time: then only its case is compiled.
 KVC_INLINE void load_chunk(std::uint32_t kind, const DeviceFormat& f, const RowAt& at,
                            std::uint32_t c, RawChunk& raw) {
   if (at.held != nullptr) {
@@ -362,30 +264,6 @@ KVC_INLINE void decode_chunk(std::uint32_t kind, const DeviceFormat& f, const Ro
   }
 }
 
-// The slot of a query's j-th visible slot (spans are few: a mask answers at most a handful).
-__device__ std::uint64_t visible_slot(const std::uint64_t* spans, std::uint32_t begin,
-                                      std::uint32_t end, std::uint64_t j) {
-  for (std::uint32_t s = begin; s < end; ++s) {
-    const std::uint64_t n = spans[2 * s + 1] - spans[2 * s];
-    if (j < n) return spans[2 * s] + j;
-    j -= n;
-  }
-  return 0;  // not reached: j < the query's visible count
-}
-
-__device__ float warp_sum(float x) {
-  for (std::uint32_t mask = kWarp / 2; mask > 0; mask /= 2) x += KVC_SHFL_XOR(x, mask);
-  return x;
-}
-
-__device__ float warp_max(float x) {
-  for (std::uint32_t mask = kWarp / 2; mask > 0; mask /= 2) {
-    const float y = KVC_SHFL_XOR(x, mask);
-    x = x > y ? x : y;
-  }
-  return x;
-}
-
 // Lanes that read one row: a power of two, at least its chunks.
 KVC_HD std::uint32_t row_lanes_for(std::uint32_t chunks) {
   std::uint32_t lanes = 1;
@@ -393,25 +271,18 @@ KVC_HD std::uint32_t row_lanes_for(std::uint32_t chunks) {
   return lanes;
 }
 
-__device__ float weight_of(float m, float top) {
-  return m == -INFINITY ? 0.0f : exp2f(m - top);
-}
-
-// One block per work item; kHeads (a power of two) bounds the item's query heads. The K and V
-// kinds and the lanes per row are compile-time constants for the common shapes (kAny: read
-// from the arguments), which leaves only their arithmetic in the kernel.
-constexpr std::uint32_t kAny = ~0u;
-template <std::uint32_t kHeads, std::uint32_t kKKind, std::uint32_t kVKind, std::uint32_t kRowLanes>
+// The general kernel, for shapes the staged kernel does not take: one block per work item; kHeads
+// (a power of two) bounds the item's query heads.
+template <std::uint32_t kHeads>
 __global__ void __launch_bounds__(kWarp* kAttendWarps, kHeads <= 4 ? kMinBlocks : 1)
     attend_kernel(AttentionArgs a) {
   __shared__ float warp_m[kAttendWarps][kHeads], warp_l[kAttendWarps][kHeads];
-  __shared__ float warp_acc[kAttendWarps][kHeads][kMaxHeadDim];
+  __shared__ float warp_acc[kAttendWarps * kHeads * kMaxHeadDim];  // [warp][head][dim]
   const WorkItem it = a.items[blockIdx.x];
   const DeviceFormat kf = a.pools.k, vf = a.pools.v;
-  const std::uint32_t k_kind = kKKind == kAny ? kf.kind : kKKind;
-  const std::uint32_t v_kind = kVKind == kAny ? vf.kind : kVKind;
+  const std::uint32_t k_kind = kf.kind, v_kind = vf.kind;
   const std::uint32_t dim = a.pools.head_dim, chunks = dim / kChunk;
-  const std::uint32_t row_lanes = kRowLanes == kAny ? row_lanes_for(chunks) : kRowLanes;
+  const std::uint32_t row_lanes = row_lanes_for(chunks);
   const std::uint32_t rows = kWarp / row_lanes;  // rows a warp reads at once
   const std::uint32_t warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const std::uint32_t c = lane % row_lanes, row = lane / row_lanes;
@@ -587,31 +458,15 @@ __global__ void __launch_bounds__(kWarp* kAttendWarps, kHeads <= 4 ? kMinBlocks 
     l[g] = warp_sum(l[g]);
     if (row == 0 && reads)
       for (std::uint32_t e = 0; e < kChunk; ++e)
-        warp_acc[warp][g][kChunk * c + e] = acc[g][e] + acc_bias[g];
+        warp_acc[(warp * kHeads + g) * dim + kChunk * c + e] = acc[g][e] + acc_bias[g];
     if (lane == 0) {
       warp_m[warp][g] = m[g];
       warp_l[warp][g] = l[g];
     }
   }
   __syncthreads();
-  float* out = a.partial + std::uint64_t{blockIdx.x} * kMaxItemHeads * (2 + dim);
-  for (std::uint32_t i = threadIdx.x; i < it.heads * dim; i += blockDim.x) {
-    const std::uint32_t g = i / dim, d = i % dim;
-    float top = -INFINITY;
-    for (std::uint32_t w = 0; w < kAttendWarps; ++w) top = top > warp_m[w][g] ? top : warp_m[w][g];
-    float sum = 0.0f, value = 0.0f;
-    for (std::uint32_t w = 0; w < kAttendWarps; ++w) {
-      const float f = weight_of(warp_m[w][g], top);
-      sum += warp_l[w][g] * f;
-      value += warp_acc[w][g][d] * f;
-    }
-    float* state = out + std::uint64_t{g} * (2 + dim);
-    if (d == 0) {
-      state[0] = top;
-      state[1] = sum;
-    }
-    state[2 + d] = value;
-  }
+  write_item_state(&warp_m[0][0], &warp_l[0][0], warp_acc, kAttendWarps, kHeads, it.heads, dim,
+                   a.partial + std::uint64_t{blockIdx.x} * kMaxItemHeads * (2 + dim));
 }
 
 // One block per (query, q head); threads over the head dimension.
@@ -640,28 +495,73 @@ __global__ void rotate_kernel(RotateArgs a) {
   a.turned[t] = first ? x * c - y * s : x * c + y * s;
 }
 
-__global__ void merge_kernel(MergeArgs a) {
+// The merge: one block per (query, q head) combines the states of its work items. The threads
+// take items side by side for the maxima and sums, then dimensions for the values, over chunks
+// of items whose weights wait in shared memory: no thread reads item after item in a chain of
+// loads (a split of 32 items cost ~30 us that way, as long as the attention itself at 4k x 1).
+constexpr std::uint32_t kMergeThreads = 128;
+constexpr std::uint32_t kMergeDims = kMaxHeadDim / kMergeThreads;  // a thread's dimensions
+
+// The largest x (is_max) or the sum of x over the block's threads, in every thread.
+__device__ float block_reduce(float x, bool is_max) {
+  __shared__ float lanes[kMergeThreads / kWarp];
+  x = is_max ? warp_max(x) : warp_sum(x);
+  __syncthreads();  // the last reduction's values have been read
+  if (threadIdx.x % kWarp == 0) lanes[threadIdx.x / kWarp] = x;
+  __syncthreads();
+  x = lanes[0];
+  for (std::uint32_t w = 1; w < kMergeThreads / kWarp; ++w)
+    x = is_max ? max_of(x, lanes[w]) : x + lanes[w];
+  return x;
+}
+
+__global__ void __launch_bounds__(kMergeThreads) merge_kernel(MergeArgs a) {
+  __shared__ float weight[kMergeThreads];
+  __shared__ std::uint64_t state_at[kMergeThreads];
   const std::uint32_t query = blockIdx.x / a.q_heads, head = blockIdx.x % a.q_heads;
   const std::uint32_t group = a.q_heads / a.kv_heads, kv_head = head / group, g = head % group;
   const std::uint32_t pair = query * a.kv_heads + kv_head;
-  const auto state_of = [&](std::uint32_t item) -> const float* {
+  const std::uint32_t first = a.first_item[pair], last = a.first_item[pair + 1];
+  // Where item's state of this head is, or ~0 when the item holds other heads of the group.
+  const auto state_of = [&](std::uint32_t item) -> std::uint64_t {
     const WorkItem& it = a.items[item];
-    if (g < it.head0 || g >= it.head0 + it.heads) return nullptr;
-    return a.partial + (std::uint64_t{item} * kMaxItemHeads + (g - it.head0)) * (2 + a.head_dim);
+    if (g < it.head0 || g >= it.head0 + it.heads) return ~std::uint64_t{0};
+    return (std::uint64_t{item} * kMaxItemHeads + (g - it.head0)) * (2 + a.head_dim);
   };
   float top = -INFINITY;
-  for (std::uint32_t item = a.first_item[pair]; item < a.first_item[pair + 1]; ++item)
-    if (const float* s = state_of(item)) top = top > s[0] ? top : s[0];
+  for (std::uint32_t item = first + threadIdx.x; item < last; item += kMergeThreads)
+    if (const std::uint64_t at = state_of(item); at != ~std::uint64_t{0})
+      top = max_of(top, a.partial[at]);
+  top = block_reduce(top, true);
   float sum = 0.0f;
-  for (std::uint32_t item = a.first_item[pair]; item < a.first_item[pair + 1]; ++item)
-    if (const float* s = state_of(item)) sum += s[1] * weight_of(s[0], top);
+  for (std::uint32_t item = first + threadIdx.x; item < last; item += kMergeThreads)
+    if (const std::uint64_t at = state_of(item); at != ~std::uint64_t{0})
+      sum += a.partial[at + 1] * weight_of(a.partial[at], top);
+  sum = block_reduce(sum, false);
+
+  float value[kMergeDims] = {};
+  for (std::uint32_t chunk = first; chunk < last; chunk += kMergeThreads) {
+    __syncthreads();  // the last chunk's weights have been read
+    const std::uint32_t item = chunk + threadIdx.x;
+    const std::uint64_t at = item < last ? state_of(item) : ~std::uint64_t{0};
+    weight[threadIdx.x] = at == ~std::uint64_t{0} ? 0.0f : weight_of(a.partial[at], top);
+    state_at[threadIdx.x] = at;
+    __syncthreads();
+    const std::uint32_t n = last - chunk < kMergeThreads ? last - chunk : kMergeThreads;
+    for (std::uint32_t i = 0; i < n; ++i) {
+      if (weight[i] == 0.0f) continue;
+      for (std::uint32_t k = 0; k < kMergeDims; ++k) {
+        const std::uint32_t d = threadIdx.x + k * kMergeThreads;
+        if (d < a.head_dim) value[k] += a.partial[state_at[i] + 2 + d] * weight[i];
+      }
+    }
+  }
   const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
-  for (std::uint32_t d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
-    float value = 0.0f;
-    for (std::uint32_t item = a.first_item[pair]; item < a.first_item[pair + 1]; ++item)
-      if (const float* s = state_of(item)) value += s[2 + d] * weight_of(s[0], top);
-    store_output(a.out, a.out_dtype, (std::uint64_t{query} * a.q_heads + head) * a.head_dim + d,
-                 value * inverse);
+  for (std::uint32_t k = 0; k < kMergeDims; ++k) {
+    const std::uint32_t d = threadIdx.x + k * kMergeThreads;
+    if (d < a.head_dim)
+      store_output(a.out, a.out_dtype, (std::uint64_t{query} * a.q_heads + head) * a.head_dim + d,
+                   value[k] * inverse);
   }
   if (threadIdx.x == 0 && a.final_state != nullptr) {
     a.final_state[2 * blockIdx.x] = top;
@@ -744,56 +644,25 @@ void launch_move_slots(const SlotMoveArgs& a, GPU(Stream_t) stream) {
   check_launch("slot scatter kernel");
 }
 
-namespace {
-
-// The kernel for kHeads: specialized when K and V share one of the common formats at head_dim 128
-// (rows of 16 lanes), else reading kinds and row lanes from the arguments.
-template <std::uint32_t kHeads>
-void launch_attend_for(const AttentionArgs& a, dim3 grid, dim3 block, GPU(Stream_t) stream) {
-  void (*kernel)(AttentionArgs) = attend_kernel<kHeads, kAny, kAny, kAny>;
-  if (a.pools.k.kind == a.pools.v.kind && a.pools.head_dim == 128) {
-    switch (a.pools.k.kind) {
-      case kFp16:
-        kernel = attend_kernel<kHeads, kFp16, kFp16, 16>;
-        break;
-      case kBf16:
-        kernel = attend_kernel<kHeads, kBf16, kBf16, 16>;
-        break;
-      case kFp8E4M3:
-        kernel = attend_kernel<kHeads, kFp8E4M3, kFp8E4M3, 16>;
-        break;
-      case kInt8PerToken:
-        kernel = attend_kernel<kHeads, kInt8PerToken, kInt8PerToken, 16>;
-        break;
-      case kInt4Group:
-        kernel = attend_kernel<kHeads, kInt4Group, kInt4Group, 16>;
-        break;
-      default:
-        break;
-    }
-  }
-  KVC_LAUNCH(kernel, grid, block, stream)(a);
-}
-
-}  // namespace
-
 void launch_attend(const AttentionArgs& a, std::uint32_t item_heads, GPU(Stream_t) stream) {
   if (a.n_items == 0) return;
-  const dim3 grid(a.n_items), block(kWarp * kAttendWarps);
-  if (item_heads <= 1)
-    launch_attend_for<1>(a, grid, block, stream);
-  else if (item_heads <= 2)
-    launch_attend_for<2>(a, grid, block, stream);
-  else if (item_heads <= 4)
-    launch_attend_for<4>(a, grid, block, stream);
-  else
-    launch_attend_for<8>(a, grid, block, stream);
+  if (!staged::launch(a, item_heads, stream)) {
+    const dim3 grid(a.n_items), block(kWarp * kAttendWarps);
+    if (item_heads <= 1)
+      KVC_LAUNCH(attend_kernel<1>, grid, block, stream)(a);
+    else if (item_heads <= 2)
+      KVC_LAUNCH(attend_kernel<2>, grid, block, stream)(a);
+    else if (item_heads <= 4)
+      KVC_LAUNCH(attend_kernel<4>, grid, block, stream)(a);
+    else
+      KVC_LAUNCH(attend_kernel<8>, grid, block, stream)(a);
+  }
   check_launch("attention kernel");
 }
 
 void launch_merge(const MergeArgs& a, GPU(Stream_t) stream) {
   if (a.queries == 0) return;
-  KVC_LAUNCH(merge_kernel, a.queries * a.q_heads, 128, stream)(a);
+  KVC_LAUNCH(merge_kernel, a.queries * a.q_heads, kMergeThreads, stream)(a);
   check_launch("merge kernel");
 }
 

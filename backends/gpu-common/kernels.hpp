@@ -150,6 +150,8 @@ struct AttentionArgs {
   // [q_head][visible index], where offset (queries + 1 entries) sums the visible slot counts.
   float* logits = nullptr;
   const std::uint64_t* logit_offset = nullptr;
+  // The staged kernel's buffers per warp (staged_attention.cuh; set by its launcher).
+  std::uint32_t stages = 2;
 };
 // item_heads: the most query heads of any item (sizes the kernel's registers).
 void launch_attend(const AttentionArgs& a, std::uint32_t item_heads, GPU(Stream_t) stream);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -13,6 +14,7 @@
 #define __device__
 #define __host__
 #define __launch_bounds__(...)
+#define __align__(n)
 #define __shared__ static thread_local
 #define __syncthreads() ::kvcache::gpu::emu::sync_block()
 
@@ -52,13 +54,18 @@ template <class T>
 T shfl_xor(T v, unsigned mask) {
   return shfl(v, lane_in_warp() ^ mask);
 }
-// Runs `body` for every thread of every block of the grid.
-void run(dim3 grid, dim3 block, const std::function<void()>& body);
+// Runs `body` for every thread of every block of the grid, each block with `shared_bytes` of
+// dynamic shared memory (16-byte aligned).
+void run(dim3 grid, dim3 block, std::size_t shared_bytes, const std::function<void()>& body);
+// The running block's dynamic shared memory.
+std::uint8_t* dynamic_shared();
 
-// kernel<<<grid, block, 0, stream>>>(args...) is launch(grid, block, stream, kernel)(args...).
+// kernel<<<grid, block, bytes, stream>>>(args...) is launch(grid, block, stream, kernel,
+// bytes)(args...).
 template <class... P>
-auto launch(dim3 grid, dim3 block, void* /*stream*/, void (*kernel)(P...)) {
-  return [=](auto... args) { run(grid, block, [&] { kernel(args...); }); };
+auto launch(dim3 grid, dim3 block, void* /*stream*/, void (*kernel)(P...),
+            std::size_t shared_bytes = 0) {
+  return [=](auto... args) { run(grid, block, shared_bytes, [&] { kernel(args...); }); };
 }
 
 }  // namespace emu

@@ -1,5 +1,6 @@
 #include <boost/context/fiber.hpp>
 #include <boost/context/pooled_fixedsize_stack.hpp>
+#include <cstddef>
 #include <stdexcept>
 #include <vector>
 
@@ -31,6 +32,8 @@ struct Block {
 };
 
 thread_local Block* current_block = nullptr;
+// Blocks run one after another on the launching thread: one buffer serves them all.
+thread_local std::vector<std::max_align_t> dynamic_memory;
 thread_local unsigned current_lane = 0;
 
 void wait(State at) {
@@ -116,7 +119,13 @@ unsigned lane_in_warp() {
   return current_lane % kWarp;
 }
 
-void run(dim3 grid, dim3 block, const std::function<void()>& body) {
+std::uint8_t* dynamic_shared() {
+  return reinterpret_cast<std::uint8_t*>(dynamic_memory.data());
+}
+
+void run(dim3 grid, dim3 block, std::size_t shared_bytes, const std::function<void()>& body) {
+  dynamic_memory.assign((shared_bytes + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t),
+                        std::max_align_t{});
   gridDim = grid;
   blockDim = block;
   for (unsigned z = 0; z < grid.z; ++z)

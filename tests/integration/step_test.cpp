@@ -12,6 +12,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "gpu_emulator_plugin.hpp"
 #include "kvcache/cache.hpp"
 #include "kvcache/config.hpp"
 #include "kvcache/registry.hpp"
@@ -26,8 +27,8 @@ std::shared_ptr<const Registry> registry() {
     PluginSettings settings;
     // Not required: a build carried to a GPU machine (tools/gpu-stage.sh) lacks it, and skips it.
     settings.paths.push_back({KVCACHE_TEST_ABI_1_3_ATTENTION, false, {}});
-    if (std::string(KVCACHE_TEST_GPU_EMULATOR).size() > 0)
-      settings.paths.push_back({KVCACHE_TEST_GPU_EMULATOR, true, {}});
+    if (const std::string emulator = testing::gpu_emulator_plugin(); !emulator.empty())
+      settings.paths.push_back({emulator, true, {}});
     return Registry::load(settings);
   }();
   return r;

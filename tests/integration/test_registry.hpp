@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "gpu_emulator_plugin.hpp"
 #include "kvcache/registry.hpp"
 
 namespace kvcache::testing {
@@ -14,8 +15,8 @@ inline std::shared_ptr<const Registry> test_registry() {
     PluginSettings settings;
     settings.paths.push_back({KVCACHE_TEST_FAULTY_PLUGIN, true, {}});
 #ifdef KVCACHE_TEST_GPU_EMULATOR
-    if (std::string(KVCACHE_TEST_GPU_EMULATOR).size() > 0)
-      settings.paths.push_back({KVCACHE_TEST_GPU_EMULATOR, true, {}});
+    if (const std::string emulator = gpu_emulator_plugin(); !emulator.empty())
+      settings.paths.push_back({emulator, true, {}});
 #endif
     return Registry::load(settings);
   }();

@@ -148,19 +148,23 @@ AttentionBenchResult run_attention_benchmark(const Registry& registry,
   DLTensor ot = qt;
   ot.data = out.data();
   const std::vector<std::uint32_t> query_counts(o.batch, o.queries);
-  AttentionRequest request;
-  request.sequences = ids;
-  if (o.queries > 1) request.query_counts = query_counts;
-  request.q = &qt;
-  request.out = &ot;
-  request.visible = {ranges, range_counts, max_ranges, rotations.view()};
+  // Calls run on one step's plan, as an engine's layers do: the plan (positions, slot spans, work
+  // items and, on a GPU, their upload) is made once and timed apart.
+  StepRequest step;
+  step.sequences = ids;
+  if (o.queries > 1) step.query_counts = query_counts;
+  step.visible = {ranges, range_counts, max_ranges, rotations.view()};
+  std::vector<double> plan_times;
+  std::unique_ptr<StepPlan> plan;
+  for (int i = 0; i < 5; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    plan = attention->plan(*store, step);
+    plan_times.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
   std::uint64_t turn = 0;
   const auto call = [&] {
-    request.layer = static_cast<std::uint32_t>(turn++ % spec.model.layers);
-    if (o.queries > 1)
-      attention->prefill(*store, request);
-    else
-      attention->decode(*store, request);
+    attention->run(*store, *plan, static_cast<std::uint32_t>(turn++ % spec.model.layers), qt, ot);
   };
 
   AttentionBenchResult result;
@@ -195,6 +199,8 @@ AttentionBenchResult run_attention_benchmark(const Registry& registry,
   result.read_bandwidth_gbps = (bandwidth_before + read_gbps()) / 2;
   std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
   result.seconds = times[times.size() / 2];
+  std::nth_element(plan_times.begin(), plan_times.begin() + 2, plan_times.end());
+  result.plan_seconds = plan_times[2];
   result.calls = times.size();
   result.gbps = static_cast<double>(result.kv_bytes) / result.seconds / 1e9;
   result.bandwidth_fraction = result.gbps / result.read_bandwidth_gbps;
@@ -223,6 +229,7 @@ nlohmann::json to_json(const AttentionBenchOptions& o, const AttentionBenchResul
           {"threads", r.threads},
           {"kv_bytes", r.kv_bytes},
           {"seconds", r.seconds},
+          {"plan_seconds", r.plan_seconds},
           {"calls", r.calls},
           {"gbps", r.gbps},
           {"read_bandwidth_gbps", r.read_bandwidth_gbps},

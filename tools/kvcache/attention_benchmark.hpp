@@ -37,7 +37,8 @@ struct AttentionBenchOptions {
 struct AttentionBenchResult {
   std::string device;          // the backend's first device, as it names itself
   std::uint64_t kv_bytes = 0;  // K and V bytes some query sees, per call, scales included
-  double seconds = 0.0;        // median per call
+  double seconds = 0.0;        // median per call, on a step's plan made before
+  double plan_seconds = 0.0;   // median of planning that step
   double gbps = 0.0;
   double read_bandwidth_gbps = 0.0;
   std::string bandwidth_probe;  // "host read", or "device copy" for a GPU backend

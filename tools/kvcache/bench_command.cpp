@@ -299,7 +299,7 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
         "K {}, V {}, {} tokens x batch {}, {} queries each, {}/{} heads x {}, page {}, mask {}, {} "
         "threads\n"
         "KV read per call:   {:.2f} MB (scales included), {}\n"
-        "time per call:      {:.3f} ms (median of {})\n"
+        "time per call:      {:.3f} ms (median of {}, on a step's plan made in {:.3f} ms)\n"
         "attention:          {:.1f} GB/s = {:.2f} of memory bandwidth ({:.1f} GB/s, {}, measured "
         "in this run), {:.1f} GFLOP/s\n"
         "tokens/s:           {:.0f}\n",
@@ -309,8 +309,8 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
               : fmt::format("calls take turns over {} layers ({:.0f} MB of KV, last-level cache "
                             "{:.0f} MB)",
                             r.layers, r.layers * r.kv_bytes / 1e6, r.cache_bytes / 1e6),
-        r.seconds * 1e3, r.calls, r.gbps, r.bandwidth_fraction, r.read_bandwidth_gbps,
-        r.bandwidth_probe, r.gflops, r.tokens_per_second);
+        r.seconds * 1e3, r.calls, r.plan_seconds * 1e3, r.gbps, r.bandwidth_fraction,
+        r.read_bandwidth_gbps, r.bandwidth_probe, r.gflops, r.tokens_per_second);
   });
 }
 
