@@ -9,6 +9,7 @@ packages=(
   libcli11-dev libdlpack-dev libgtest-dev libgmock-dev libbenchmark-dev
   libssl-dev libxxhash-dev  # the shared tier: SHA-256 keys, XXH3-128 digests
   libhiredis-dev redis-server redis-tools  # its resp transport, and the server its tests start
+  libmemcached-dev memcached  # its memcached transport, and the servers its tests start
   hipcc libamdhip64-dev  # the ROCm/HIP backend builds everywhere (CUDA uses nvcc when present)
 )
 if [[ "${1:-}" == "--fuzz" ]]; then

@@ -19,6 +19,7 @@
 #include "kvcache/registry.hpp"
 #include "kvcache/remote/memory_byte_store.hpp"
 #include "kvcache/tensor.hpp"
+#include "memcached_server.hpp"
 #include "redis_server.hpp"
 #include "test_registry.hpp"
 
@@ -134,25 +135,34 @@ std::string space_name() {
   return "shared-tier-test-" + std::to_string(++n);
 }
 
-// Over the memory transport and over a real redis-server (resp), in every format.
+// Over the memory transport, a real redis-server (resp) and a real memcached, in every format.
 class SharedTierFormats : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
  protected:
   void SetUp() override {
-    if (server_ && !server_->available()) GTEST_SKIP() << server_->why();
+    if (redis_ && !redis_->available()) GTEST_SKIP() << redis_->why();
+    if (memcached_ && !memcached_->available()) GTEST_SKIP() << memcached_->why();
   }
   std::unique_ptr<Cache> make() {
     const std::string& format = std::get<1>(GetParam());
-    return server_ ? open_with("transport: resp, endpoints: ['" + server_->endpoint() + "']", "",
-                               format)
-                   : open(space_, "", format);
+    if (redis_)
+      return open_with("transport: resp, endpoints: ['" + redis_->endpoint() + "']", "", format);
+    if (memcached_)
+      return open_with("transport: memcached, endpoints: ['" + memcached_->endpoint() + "']", "",
+                       format);
+    return open(space_, "", format);
   }
   std::size_t values_held() const {
-    return server_ ? std::stoul(server_->cli("DBSIZE")) : MemorySpace::named(space_)->size();
+    if (redis_) return std::stoul(redis_->cli("DBSIZE"));
+    if (memcached_) return static_cast<std::size_t>(memcached_->stat("curr_items"));
+    return MemorySpace::named(space_)->size();
   }
 
   const std::string space_ = space_name();
-  const std::unique_ptr<testing::RedisServer> server_ =
-      std::get<0>(GetParam()) == "resp" ? std::make_unique<testing::RedisServer>() : nullptr;
+  const std::string& transport_ = std::get<0>(GetParam());
+  const std::unique_ptr<testing::RedisServer> redis_ =
+      transport_ == "resp" ? std::make_unique<testing::RedisServer>() : nullptr;
+  const std::unique_ptr<testing::MemcachedServer> memcached_ =
+      transport_ == "memcached" ? std::make_unique<testing::MemcachedServer>() : nullptr;
 };
 
 TEST_P(SharedTierFormats, TwoCachesShareAPrefixByteForByte) {
@@ -203,7 +213,7 @@ TEST_P(SharedTierFormats, TwoCachesShareAPrefixByteForByte) {
 
 INSTANTIATE_TEST_SUITE_P(
     Formats, SharedTierFormats,
-    ::testing::Combine(::testing::Values("memory", "resp"),
+    ::testing::Combine(::testing::Values("memory", "resp", "memcached"),
                        ::testing::Values("fp32", "fp16", "bf16", "fp8-e4m3", "int8-per-token",
                                          "int4-group",
                                          "{k: {name: kivi-k, group: 8}, v: int8-per-token}")),

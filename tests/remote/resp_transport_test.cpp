@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "byte_store_checks.hpp"
 #include "kvcache/registry.hpp"
 #include "redis_server.hpp"
 
@@ -26,43 +27,14 @@ TEST(RespTransport, ABatchedByteStoreWithPutIfAbsent) {
   if (!server.available()) GTEST_SKIP() << server.why();
   const auto store = resp(server.endpoint());
   EXPECT_EQ(store->describe(), "resp " + server.endpoint());
-  const std::vector<std::string> keys{"kvc1:t:a", "kvc1:t:b", "kvc1:t:c"};
-  EXPECT_EQ(store->probe(keys), (std::vector<bool>{false, false, false}));
-  remote::Value binary(70000);
-  for (std::size_t i = 0; i < binary.size(); ++i) binary[i] = static_cast<std::byte>(i % 251);
-  const std::vector<remote::Value> values{binary, remote::Value{std::byte{0}}};
-  const std::vector<std::string> two(keys.begin(), keys.begin() + 2);
-  EXPECT_EQ(store->put_if_absent(two, values), (std::vector<bool>{true, true}));
-  const std::vector<remote::Value> other{remote::Value{std::byte{9}}, remote::Value{}};
-  EXPECT_EQ(store->put_if_absent(two, other), (std::vector<bool>{false, false}))
-      << "a value once stored stays";
-  EXPECT_EQ(store->probe(keys), (std::vector<bool>{true, true, false}));
-  const auto got = store->get(keys);
-  ASSERT_EQ(got.size(), 3u);
-  EXPECT_EQ(got[0], binary);
-  EXPECT_EQ(got[1], values[1]);
-  EXPECT_FALSE(got[2].has_value());
-  store->remove(two);
-  EXPECT_EQ(store->probe(keys), (std::vector<bool>{false, false, false}));
+  testing::expect_a_batched_byte_store(*store);
 }
 
 TEST(RespTransport, ADeadServerIsAnErrorWithinTheTimeouts) {
   testing::RedisServer server;
   if (!server.available()) GTEST_SKIP() << server.why();
   const auto store = resp(server.endpoint(), {{"connect_timeout_ms", 100}, {"timeout_ms", 200}});
-  const std::vector<std::string> keys{"k"};
-  EXPECT_EQ(store->probe(keys), std::vector<bool>{false});
-  server.kill();
-  const auto start = std::chrono::steady_clock::now();
-  try {
-    store->probe(keys);
-    FAIL() << "a dead server answered";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), Code::unavailable) << e.what();
-    EXPECT_THAT(e.what(), HasSubstr(server.endpoint()));
-  }
-  EXPECT_THROW(store->probe(keys), Error) << "and again, reconnecting";
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  testing::expect_a_dead_server_is_an_error(*store, server);
 }
 
 TEST(RespTransport, OptionsAreChecked) {

@@ -1,0 +1,59 @@
+// What every transport must do as a batched byte store (remote::ByteStore), checked the same way
+// against each real server.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "kvcache/remote/byte_store.hpp"
+#include "kvcache/status.hpp"
+#include "local_server.hpp"
+
+namespace kvcache::testing {
+
+// Probe, put-if-absent (a value once stored stays), get of binary values and of a missing key,
+// remove: on an empty store.
+inline void expect_a_batched_byte_store(remote::ByteStore& store) {
+  const std::vector<std::string> keys{"kvc1:t:a", "kvc1:t:b", "kvc1:t:c"};
+  EXPECT_EQ(store.probe(keys), (std::vector<bool>{false, false, false}));
+  remote::Value binary(70000);
+  for (std::size_t i = 0; i < binary.size(); ++i) binary[i] = static_cast<std::byte>(i % 251);
+  const std::vector<remote::Value> values{binary, remote::Value{std::byte{0}}};
+  const std::vector<std::string> two(keys.begin(), keys.begin() + 2);
+  EXPECT_EQ(store.put_if_absent(two, values), (std::vector<bool>{true, true}));
+  const std::vector<remote::Value> other{remote::Value{std::byte{9}}, remote::Value{}};
+  EXPECT_EQ(store.put_if_absent(two, other), (std::vector<bool>{false, false}))
+      << "a value once stored stays";
+  EXPECT_EQ(store.probe(keys), (std::vector<bool>{true, true, false}));
+  const auto got = store.get(keys);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0], binary);
+  EXPECT_EQ(got[1], values[1]);
+  EXPECT_FALSE(got[2].has_value());
+  store.remove(two);
+  EXPECT_EQ(store.probe(keys), (std::vector<bool>{false, false, false}));
+}
+
+// With `server` killed, a call is Error(unavailable) naming it, and so is the next one (which
+// tries again), both within 2 s (the store's timeouts are the caller's: a few hundred ms).
+inline void expect_a_dead_server_is_an_error(remote::ByteStore& store, LocalServer& server) {
+  const std::vector<std::string> keys{"k"};
+  EXPECT_EQ(store.probe(keys), std::vector<bool>{false});
+  server.kill();
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    store.probe(keys);
+    ADD_FAILURE() << "a dead server answered";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::unavailable) << e.what();
+    EXPECT_THAT(e.what(), ::testing::HasSubstr(server.endpoint()));
+  }
+  EXPECT_THROW(store.probe(keys), Error) << "and again";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+}
+
+}  // namespace kvcache::testing
