@@ -1,5 +1,6 @@
 // Two processes share prefix pages through a real server: the kvcache tool's serving simulation
-// (`kvcache bench`), run twice on the same requests with the same remote tier. The second process
+// (`kvcache bench`), run twice on the same requests with the same remote tier: a Redis, a
+// memcached, a Redis Cluster. The second process
 // pulls what the first wrote, each page checked on arrival (its identity and payload digest) and
 // none found corrupt, and reuses more of its prompts for it.
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "memcached_server.hpp"
+#include "redis_cluster.hpp"
 #include "redis_server.hpp"
 
 namespace kvcache {
@@ -34,16 +36,24 @@ class SharedTierProcesses : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SharedTierProcesses, ASecondProcessPullsWhatTheFirstWrote) {
   std::unique_ptr<testing::LocalServer> server;
-  if (GetParam() == "resp")
+  std::unique_ptr<testing::RedisCluster> cluster;
+  std::string transport = GetParam();
+  if (GetParam() == "resp") {
     server = std::make_unique<testing::RedisServer>();
-  else
+  } else if (GetParam() == "memcached") {
     server = std::make_unique<testing::MemcachedServer>();
-  if (!server->available()) GTEST_SKIP() << server->why();
+  } else {
+    cluster = std::make_unique<testing::RedisCluster>();
+    if (!cluster->available()) GTEST_SKIP() << cluster->why();
+    transport = "{name: resp, cluster: true}";
+  }
+  if (server && !server->available()) GTEST_SKIP() << server->why();
+  const testing::LocalServer& seed = server ? *server : *cluster->nodes()[0];
   const std::filesystem::path config =
       std::filesystem::temp_directory_path() /
-      ("kvcache-processes-" + GetParam() + "-" + std::to_string(server->port()) + ".yaml");
-  std::ofstream(config) << "remote: {transport: " << GetParam() << ", endpoints: ['"
-                        << server->endpoint() << "'], model: bench@1}\n";
+      ("kvcache-processes-" + GetParam() + "-" + std::to_string(seed.port()) + ".yaml");
+  std::ofstream(config) << "remote: {transport: " << transport << ", endpoints: ['"
+                        << seed.endpoint() << "'], model: bench@1}\n";
 
   const nlohmann::json first = simulate(config), second = simulate(config);
   std::filesystem::remove(config);
@@ -60,7 +70,8 @@ TEST_P(SharedTierProcesses, ASecondProcessPullsWhatTheFirstWrote) {
   EXPECT_GT(second["prefix_hit_rate"].get<double>(), first["prefix_hit_rate"].get<double>());
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, SharedTierProcesses, ::testing::Values("resp", "memcached"),
+INSTANTIATE_TEST_SUITE_P(Transports, SharedTierProcesses,
+                         ::testing::Values("resp", "memcached", "resp_cluster"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "kvcache/remote/memory_byte_store.hpp"
 #include "kvcache/tensor.hpp"
 #include "memcached_server.hpp"
+#include "redis_cluster.hpp"
 #include "redis_server.hpp"
 #include "test_registry.hpp"
 
@@ -135,12 +136,14 @@ std::string space_name() {
   return "shared-tier-test-" + std::to_string(++n);
 }
 
-// Over the memory transport, a real redis-server (resp) and a real memcached, in every format.
+// Over the memory transport, a real redis-server (resp) and a real memcached, in every format, and
+// a real Redis Cluster (resp-cluster) in two.
 class SharedTierFormats : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
  protected:
   void SetUp() override {
     if (redis_ && !redis_->available()) GTEST_SKIP() << redis_->why();
     if (memcached_ && !memcached_->available()) GTEST_SKIP() << memcached_->why();
+    if (cluster_ && !cluster_->available()) GTEST_SKIP() << cluster_->why();
   }
   std::unique_ptr<Cache> make() {
     const std::string& format = std::get<1>(GetParam());
@@ -149,11 +152,21 @@ class SharedTierFormats : public ::testing::TestWithParam<std::tuple<std::string
     if (memcached_)
       return open_with("transport: memcached, endpoints: ['" + memcached_->endpoint() + "']", "",
                        format);
+    if (cluster_)
+      return open_with("transport: {name: resp, cluster: true}, endpoints: ['" +
+                           cluster_->nodes()[0]->endpoint() + "']",
+                       "", format);
     return open(space_, "", format);
   }
   std::size_t values_held() const {
     if (redis_) return std::stoul(redis_->cli("DBSIZE"));
     if (memcached_) return static_cast<std::size_t>(memcached_->stat("curr_items"));
+    if (cluster_) {
+      std::size_t n = 0;
+      for (std::size_t i = 0; i < cluster_->nodes().size(); ++i)
+        if (cluster_->is_master(i)) n += std::stoul(cluster_->nodes()[i]->cli("DBSIZE"));
+      return n;
+    }
     return MemorySpace::named(space_)->size();
   }
 
@@ -163,6 +176,8 @@ class SharedTierFormats : public ::testing::TestWithParam<std::tuple<std::string
       transport_ == "resp" ? std::make_unique<testing::RedisServer>() : nullptr;
   const std::unique_ptr<testing::MemcachedServer> memcached_ =
       transport_ == "memcached" ? std::make_unique<testing::MemcachedServer>() : nullptr;
+  const std::unique_ptr<testing::RedisCluster> cluster_ =
+      transport_ == "resp-cluster" ? std::make_unique<testing::RedisCluster>() : nullptr;
 };
 
 TEST_P(SharedTierFormats, TwoCachesShareAPrefixByteForByte) {
@@ -211,19 +226,27 @@ TEST_P(SharedTierFormats, TwoCachesShareAPrefixByteForByte) {
   EXPECT_EQ(c->remote_stats()->written_pages, 0u);
 }
 
+std::string shared_tier_case_name(
+    const ::testing::TestParamInfo<std::tuple<std::string, std::string>>& info) {
+  std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param);
+  if (std::get<1>(info.param).starts_with("{"))
+    name = std::get<0>(info.param) + "_kivi-k_int8-per-token";
+  for (char& c : name)
+    if (c == '-') c = '_';
+  return name;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Formats, SharedTierFormats,
     ::testing::Combine(::testing::Values("memory", "resp", "memcached"),
                        ::testing::Values("fp32", "fp16", "bf16", "fp8-e4m3", "int8-per-token",
                                          "int4-group",
                                          "{k: {name: kivi-k, group: 8}, v: int8-per-token}")),
-    [](const auto& info) {
-      std::string name = std::get<1>(info.param);
-      if (name.starts_with("{")) name = "kivi-k_int8-per-token";
-      for (char& c : name)
-        if (c == '-') c = '_';
-      return std::get<0>(info.param) + "_" + name;
-    });
+    shared_tier_case_name);
+INSTANTIATE_TEST_SUITE_P(Cluster, SharedTierFormats,
+                         ::testing::Combine(::testing::Values("resp-cluster"),
+                                            ::testing::Values("fp16", "int4-group")),
+                         shared_tier_case_name);
 
 class SharedTier : public ::testing::Test {
  protected:

@@ -25,6 +25,7 @@ class LocalServer {
   LocalServer& operator=(const LocalServer&) = delete;
 
   bool available() const { return why_.empty(); }
+  bool running() const { return pid_ > 0; }
   const std::string& why() const { return why_; }
   int port() const { return port_; }
   std::string endpoint() const { return "127.0.0.1:" + std::to_string(port_); }
@@ -84,16 +85,30 @@ class LocalServer {
   }
 
  private:
+  // A free port p (the system's choice), with p + 10000 free too and at most 55535: a Redis
+  // Cluster node talks to its peers on p + 10000.
   static int free_port() {
+    for (int i = 0; i < 100; ++i) {
+      const int p = bound_port(0);
+      if (p <= 55535 && bound_port(p + 10000) == p + 10000) return p;
+    }
+    return bound_port(0);
+  }
+  // Binds a socket to `port` (0: any free one) and closes it: the port, or -1 when taken.
+  static int bound_port(int port) {
     const int s = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t n = sizeof a;
-    getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    int got = -1;
+    if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+      socklen_t n = sizeof a;
+      getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
+      got = ntohs(a.sin_port);
+    }
     close(s);
-    return ntohs(a.sin_port);
+    return got;
   }
   // A connection to the server, or -1.
   int connected() const {

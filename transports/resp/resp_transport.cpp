@@ -1,5 +1,6 @@
 #include "resp_transport.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <hiredis/hiredis.h>
@@ -9,26 +10,35 @@
 namespace kvcache::resp {
 namespace {
 
-Connection connection_of(const sdk::Options& o) {
-  o.only({"endpoints", "connect_timeout_ms", "timeout_ms", "username", "password_env"});
-  const nlohmann::json endpoints = o.json().value("endpoints", nlohmann::json::array());
-  if (!endpoints.is_array() || endpoints.size() != 1 || !endpoints[0].is_string())
-    throw Error(Code::invalid_argument,
-                "option 'endpoints': the resp transport takes one endpoint, host:port (a Redis "
-                "Cluster is not supported by it yet)");
-  std::string password;
+ConnectionSettings settings_of(const sdk::Options& o) {
+  ConnectionSettings s;
+  s.connect_timeout = std::chrono::milliseconds(o.get<std::uint32_t>("connect_timeout_ms", 100));
+  s.timeout = std::chrono::milliseconds(o.get<std::uint32_t>("timeout_ms", 1000));
+  s.username = o.get<std::string>("username", "");
   if (o.has("password_env")) {
     const auto name = o.get<std::string>("password_env", "");
     const char* value = std::getenv(name.c_str());
     if (value == nullptr)
       throw Error(Code::invalid_argument,
                   "option 'password_env' names " + name + ", which is not set");
-    password = value;
+    s.password = value;
   }
-  return Connection(parse_endpoint(endpoints[0].get<std::string>()),
-                    std::chrono::milliseconds(o.get<std::uint32_t>("connect_timeout_ms", 100)),
-                    std::chrono::milliseconds(o.get<std::uint32_t>("timeout_ms", 1000)),
-                    o.get<std::string>("username", ""), std::move(password));
+  return s;
+}
+
+std::vector<Endpoint> endpoints_of(const sdk::Options& o, bool cluster) {
+  const nlohmann::json endpoints = o.json().value("endpoints", nlohmann::json::array());
+  if (!endpoints.is_array() || endpoints.empty() || (!cluster && endpoints.size() != 1))
+    throw Error(Code::invalid_argument,
+                "option 'endpoints': the resp transport takes one endpoint, host:port (a Redis "
+                "Cluster's seed nodes, one or more, with cluster: true)");
+  std::vector<Endpoint> out;
+  for (const nlohmann::json& e : endpoints) {
+    if (!e.is_string())
+      throw Error(Code::invalid_argument, "option 'endpoints': each is a string, host:port");
+    out.push_back(parse_endpoint(e.get<std::string>()));
+  }
+  return out;
 }
 
 // An error reply (a full server, a cluster's redirection, a wrong type) fails the whole call:
@@ -41,7 +51,20 @@ void check(const Reply& reply, std::string_view verb) {
 
 }  // namespace
 
-RespTransport::RespTransport(const sdk::Options& options) : connection_(connection_of(options)) {}
+RespTransport::RespTransport(const sdk::Options& o) {
+  o.only({"endpoints", "cluster", "connect_timeout_ms", "timeout_ms", "breaker_ms", "username",
+          "password_env"});
+  const bool cluster = o.get<bool>("cluster", false);
+  const std::vector<Endpoint> endpoints = endpoints_of(o, cluster);
+  ConnectionSettings s = settings_of(o);
+  if (cluster)
+    cluster_ = std::make_unique<Cluster>(
+        endpoints, std::move(s),
+        std::chrono::milliseconds(o.get<std::uint32_t>("breaker_ms", 1000)));
+  else
+    connection_ = std::make_unique<Connection>(endpoints[0], s.connect_timeout, s.timeout,
+                                               std::move(s.username), std::move(s.password));
+}
 
 std::vector<Reply> RespTransport::each(std::string_view verb, std::span<const std::string> keys,
                                        std::span<const remote::Value> values,
@@ -56,22 +79,31 @@ std::vector<Reply> RespTransport::each(std::string_view verb, std::span<const st
     commands.push_back(std::move(c));
   }
   std::lock_guard lock(mutex_);
-  std::vector<Reply> replies = connection_.pipeline(commands);
-  for (const Reply& r : replies) check(r, verb);
+  if (!cluster_) {
+    std::vector<Reply> replies = connection_->pipeline(commands);
+    for (const Reply& r : replies) check(r, verb);
+    return replies;
+  }
+  std::vector<std::string_view> names(keys.begin(), keys.end());
+  std::vector<Reply> replies = cluster_->run(commands, names);
+  if (!replies.empty() &&
+      std::none_of(replies.begin(), replies.end(), [](const Reply& r) { return r != nullptr; }))
+    throw Error(Code::unavailable,
+                cluster_->describe() + ": no key's node answered " + std::string(verb));
   return replies;
 }
 
 std::vector<bool> RespTransport::probe(std::span<const std::string> keys) {
   std::vector<bool> held;
   for (const Reply& r : each("EXISTS", keys))
-    held.push_back(r->type == REDIS_REPLY_INTEGER && r->integer > 0);
+    held.push_back(r && r->type == REDIS_REPLY_INTEGER && r->integer > 0);
   return held;
 }
 
 std::vector<std::optional<remote::Value>> RespTransport::get(std::span<const std::string> keys) {
   std::vector<std::optional<remote::Value>> values;
   for (const Reply& r : each("GET", keys)) {
-    if (r->type != REDIS_REPLY_STRING) {
+    if (!r || r->type != REDIS_REPLY_STRING) {
       values.emplace_back();
       continue;
     }
@@ -87,7 +119,7 @@ std::vector<bool> RespTransport::put_if_absent(std::span<const std::string> keys
     throw Error(Code::invalid_argument, "put_if_absent: keys and values differ in number");
   std::vector<bool> stored;
   for (const Reply& r : each("SET", keys, values, {"NX"}))
-    stored.push_back(r->type == REDIS_REPLY_STATUS);  // +OK; nil when the key was there
+    stored.push_back(r && r->type == REDIS_REPLY_STATUS);  // +OK; nil when the key was there
   return stored;
 }
 
@@ -96,7 +128,9 @@ void RespTransport::remove(std::span<const std::string> keys) {
 }
 
 std::string RespTransport::describe() const {
-  return "resp " + connection_.endpoint().host + ":" + std::to_string(connection_.endpoint().port);
+  if (cluster_) return cluster_->describe();
+  return "resp " + connection_->endpoint().host + ":" +
+         std::to_string(connection_->endpoint().port);
 }
 
 }  // namespace kvcache::resp
