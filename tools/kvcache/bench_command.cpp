@@ -15,6 +15,7 @@
 #include "kvcache/remote/memory_byte_store.hpp"
 #include "serving_simulation.hpp"
 #include "step_benchmark.hpp"
+#include "tier_benchmark.hpp"
 #include "validators.hpp"
 
 namespace kvcache::tool {
@@ -131,6 +132,56 @@ void print_replicas(const nlohmann::json& r, bool json) {
 
 }  // namespace
 
+void add_tier_command(CLI::App& bench, const Globals& globals) {
+  CLI::App* tier = bench.add_subcommand(
+      "tier",
+      "The shared tier of the config's remote: section: writes, lookups, pulls, and "
+      "pulling against recomputing");
+  examples(tier, {"kvcache --config remote.yaml bench tier",
+                  "kvcache --config remote.yaml bench tier --pages 256 --json"});
+  struct Flags {
+    TierBenchOptions options;
+    bool json = false;
+  };
+  auto f = std::make_shared<Flags>();
+  tier->add_option("--pages", f->options.pages, "the prompt's length in pages")
+      ->capture_default_str()
+      ->check(positive(f->options.pages));
+  tier->add_option("--repeats", f->options.repeats, "of each lookup and pull")
+      ->capture_default_str()
+      ->check(positive(f->options.repeats));
+  tier->add_flag("--json", f->json, "print one JSON object");
+  tier->callback([&globals, f] {
+    if (globals.checks_only) return;
+    const Config config = selected_config(globals);
+    const nlohmann::json r = run_tier_benchmark(config, Registry::load(config.plugins), f->options);
+    if (f->json) {
+      std::cout << r.dump() << '\n';
+      return;
+    }
+    const nlohmann::json& w = r["write"];
+    std::cout << fmt::format(
+        "{} pages of {} tokens ({} bytes a value), K {}, V {}\n"
+        "write:  {:.3f} GB/s ({} pages in {:.3f} s)\n",
+        r["pages"].get<int>(), r["page_size"].get<int>(), w["value_bytes"].get<std::uint64_t>(),
+        r["k_format"].get<std::string>(), r["v_format"].get<std::string>(), w["gbps"].get<double>(),
+        w["pages"].get<std::uint64_t>(), w["seconds"].get<double>());
+    for (const auto& l : r["lookups"])
+      std::cout << fmt::format("lookup of {:>4} pages: p50 {:.0f} us, p99 {:.0f} us ({} found)\n",
+                               l["pages"].get<int>(), l["p50_us"].get<double>(),
+                               l["p99_us"].get<double>(), l["found_pages"].get<int>());
+    for (const auto& l : r["lengths"])
+      std::cout << fmt::format(
+          "{:>5} pages: pull {:.2f} ms ({:.3f} GB/s){}\n", l["pages"].get<int>(),
+          l["pull_ms"].get<double>(), l["pull_gbps"].get<double>(),
+          l.contains("recompute_ms")
+              ? fmt::format(", recompute {:.2f} ms", l["recompute_ms"].get<double>())
+              : std::string());
+    std::cout << fmt::format("pulling beats recomputing from {} pages\n",
+                             r["break_even_pages"].get<int>());
+  });
+}
+
 void add_bench_command(CLI::App& app, const Globals& globals) {
   CLI::App* bench = app.add_subcommand(
       "bench",
@@ -218,6 +269,7 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
                                rejection["reason"].get<std::string>());
   });
   add_step_command(*bench, globals);
+  add_tier_command(*bench, globals);
   CLI::App* attention = bench->add_subcommand(
       "attention",
       "One layer of decode attention (or a prefill chunk), against the machine's read bandwidth");

@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""The shared tier's figures on loopback, against the servers' own tools, in one run.
+
+Starts a redis-server and a memcached of its own on free loopback ports and, per transport and
+format, runs `kvcache bench tier` (writes, lookups of 16/128/1,024 pages, pulls, pulling against
+recomputing); beside it, `redis-benchmark` GET of the same value size on one connection,
+pipelined 16 deep (as the transport reads), and raw loopback TCP. Prints a Markdown table.
+
+    tools/bench/tier_table.py build/bin/kvcache --pages 1024 --formats fp16,int8-per-token,int4-group
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(argv, port):
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+            return process
+        except OSError:
+            time.sleep(0.05)
+    process.kill()
+    raise SystemExit(f"{argv[0]} did not start")
+
+
+def loopback_gbps(seconds=1.0):
+    """Bytes one TCP connection moves over loopback per second, 1 MB writes."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    received = [0]
+
+    def sink():
+        connection, _ = server.accept()
+        while data := connection.recv(1 << 20):
+            received[0] += len(data)
+        connection.close()
+
+    thread = threading.Thread(target=sink)
+    thread.start()
+    client = socket.create_connection(server.getsockname())
+    block = b"x" * (1 << 20)
+    start_time = time.perf_counter()
+    while time.perf_counter() - start_time < seconds:
+        client.sendall(block)
+    client.close()
+    thread.join()
+    elapsed = time.perf_counter() - start_time
+    server.close()
+    return received[0] / elapsed / 1e9
+
+
+def redis_get_gbps(port, value_bytes):
+    out = subprocess.run(["redis-benchmark", "-p", str(port), "-t", "set,get", "-d",
+                          str(value_bytes), "-n", "2000", "-c", "1", "-P", "16", "-q"],
+                         capture_output=True, text=True).stdout
+    rates = re.findall(r"GET: ([0-9.]+) requests per second", out)
+    return float(rates[-1]) * value_bytes / 1e9 if rates else float("nan")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kvcache", help="the kvcache tool")
+    parser.add_argument("--pages", type=int, default=1024)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--formats", default="fp16,int8-per-token,int4-group")
+    parser.add_argument("--transports", default="resp,memcached")
+    parser.add_argument("--model", default="smollm2-135m", help="a model preset")
+    args = parser.parse_args()
+
+    servers, endpoints = [], {}
+    if "resp" in args.transports:
+        port = free_port()
+        servers.append(start(["redis-server", "--port", str(port), "--save", "", "--appendonly",
+                              "no", "--maxmemory", "4gb"], port))
+        endpoints["resp"] = port
+    if "memcached" in args.transports:
+        port = free_port()
+        user = ["-u", "root"] if os.geteuid() == 0 else []
+        servers.append(start(["memcached", "-p", str(port), "-l", "127.0.0.1", "-U", "0", "-m",
+                              "4096", "-I", "4m", *user], port))
+        endpoints["memcached"] = port
+    folder = tempfile.mkdtemp()
+    try:
+        loopback = loopback_gbps()
+        print(f"raw loopback TCP, one connection: {loopback:.2f} GB/s\n")
+        print("| transport | format | value bytes | write GB/s | lookup 16 / 128 / 1,024 pages: "
+              "p50 (p99) us | pull GB/s (all pages) | redis-benchmark GET GB/s | pull / GET | "
+              "pull beats recomputing from |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for transport in args.transports.split(","):
+            for fmt in args.formats.split(","):
+                config = os.path.join(folder, f"{transport}-{fmt}.yaml")
+                with open(config, "w") as f:
+                    f.write(f"model: {{preset: {args.model}}}\nbackend: [cpu-tbb]\n"
+                            f"format: {fmt}\n"
+                            f"remote: {{transport: {transport}, endpoints: "
+                            f"['127.0.0.1:{endpoints[transport]}'], model: bench@1}}\n")
+                out = subprocess.run([args.kvcache, "--config", config, "bench", "tier",
+                                      "--pages", str(args.pages), "--repeats", str(args.repeats),
+                                      "--json"], check=True, capture_output=True, text=True).stdout
+                r = json.loads(out)
+                value = r["write"]["value_bytes"]
+                lookups = " / ".join(f"{l['p50_us']:.0f} ({l['p99_us']:.0f})" for l in r["lookups"])
+                pull = r["lengths"][-1]["pull_gbps"]
+                get = redis_get_gbps(endpoints["resp"], value) if "resp" in endpoints else float("nan")
+                print(f"| {transport} | {fmt} | {value} | {r['write']['gbps']:.2f} | {lookups} | "
+                      f"{pull:.2f} | {get:.2f} | {pull / get:.2f} | "
+                      f"{r['break_even_pages']} page(s) |")
+    finally:
+        for s in servers:
+            s.kill()
+        shutil.rmtree(folder)
+
+
+if __name__ == "__main__":
+    main()
