@@ -101,8 +101,9 @@ def main():
         print(f"raw loopback TCP, one connection: {loopback:.2f} GB/s\n")
         print("| transport | format | value bytes | write GB/s | lookup 16 / 128 / 1,024 pages: "
               "p50 (p99) us | pull GB/s (all pages) | redis-benchmark GET GB/s | pull / GET | "
-              "pull beats recomputing from |")
-        print("|---|---|---|---|---|---|---|---|---|")
+              "pull beats recomputing from | dead store: lookups until its breaker opens / "
+              "p50 after, us |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for transport in args.transports.split(","):
             for fmt in args.formats.split(","):
                 config = os.path.join(folder, f"{transport}-{fmt}.yaml")
@@ -119,9 +120,11 @@ def main():
                 lookups = " / ".join(f"{l['p50_us']:.0f} ({l['p99_us']:.0f})" for l in r["lookups"])
                 pull = r["lengths"][-1]["pull_gbps"]
                 get = redis_get_gbps(endpoints["resp"], value) if "resp" in endpoints else float("nan")
+                dead = r["dead_store"]
+                until = ", ".join(f"{us:.0f}" for us in dead["until_open_us"])
                 print(f"| {transport} | {fmt} | {value} | {r['write']['gbps']:.2f} | {lookups} | "
                       f"{pull:.2f} | {get:.2f} | {pull / get:.2f} | "
-                      f"{r['break_even_pages']} page(s) |")
+                      f"{r['break_even_pages']} page(s) | {until} / {dead['after_p50_us']:.0f} |")
     finally:
         for s in servers:
             s.kill()

@@ -179,6 +179,16 @@ void add_tier_command(CLI::App& bench, const Globals& globals) {
               : std::string());
     std::cout << fmt::format("pulling beats recomputing from {} pages\n",
                              r["break_even_pages"].get<int>());
+    if (r.contains("dead_store")) {
+      const nlohmann::json& d = r["dead_store"];
+      std::string until;
+      for (const auto& us : d["until_open_us"])
+        until += fmt::format("{}{:.0f}", until.empty() ? "" : ", ", us.get<double>());
+      std::cout << fmt::format(
+          "a dead store: lookups of {} us until its breaker opens, then p50 {:.0f} us, p99 {:.0f} "
+          "us\n",
+          until, d["after_p50_us"].get<double>(), d["after_p99_us"].get<double>());
+    }
   });
 }
 

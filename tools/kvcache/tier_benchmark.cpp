@@ -1,5 +1,9 @@
 #include "tier_benchmark.hpp"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <random>
@@ -53,6 +57,19 @@ SeqId fill(Cache& cache, const ModelShape& m, std::span<const std::int32_t> ids,
     (void)step.finish();
   }
   return id;
+}
+
+// A loopback port that nothing listens on (bound by the system, then closed).
+int closed_port() {
+  const int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t n = sizeof a;
+  bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
+  close(s);
+  return ntohs(a.sin_port);
 }
 
 }  // namespace
@@ -160,6 +177,26 @@ nlohmann::json run_tier_benchmark(Config config, const std::shared_ptr<const Reg
   }
   result["lengths"] = lengths;
   result["break_even_pages"] = break_even;  // 0: not within the lengths recomputed
+
+  // A dead store: the same transport at a loopback port nothing listens on. Lookups pay its
+  // failures until the breaker opens, then nothing of the store.
+  if (config.remote->transport.name != "memory") {
+    Config dead = config;
+    dead.remote->endpoints = {"127.0.0.1:" + std::to_string(closed_port())};
+    const auto host = Cache::open(dead, registry);
+    const std::span<const std::int32_t> prefix(ids.data(),
+                                               std::size_t{std::min(o.pages, 16u)} * page);
+    std::vector<double> until_open, after;
+    for (std::uint32_t i = 0; i < dead.remote->breaker_failures + 20; ++i) {
+      const auto start = Clock::now();
+      (void)host->lookup_prefix(prefix);
+      (i < dead.remote->breaker_failures ? until_open : after).push_back(since(start) * 1e6);
+    }
+    result["dead_store"] = {{"failures_to_open", dead.remote->breaker_failures},
+                            {"until_open_us", until_open},
+                            {"after_p50_us", percentile(after, 0.5)},
+                            {"after_p99_us", percentile(after, 0.99)}};
+  }
   return result;
 }
 
