@@ -177,8 +177,9 @@ void add_tier_command(CLI::App& bench, const Globals& globals) {
           l.contains("recompute_ms")
               ? fmt::format(", recompute {:.2f} ms", l["recompute_ms"].get<double>())
               : std::string());
-    std::cout << fmt::format("pulling beats recomputing from {} pages\n",
-                             r["break_even_pages"].get<int>());
+    const int from = r["break_even_pages"].get<int>();
+    std::cout << (from > 0 ? fmt::format("pulling beats recomputing from {} pages\n", from)
+                           : std::string("pulling beat recomputing at none of these lengths\n"));
     if (r.contains("dead_store")) {
       const nlohmann::json& d = r["dead_store"];
       std::string until;

@@ -98,9 +98,10 @@ nlohmann::json run_tier_benchmark(Config config, const std::shared_ptr<const Reg
                            {"k_format", config.k_quantizer.name},
                            {"v_format", config.v_quantizer.name}};
 
-  // Writes: one host publishes the prompt and waits for the queue to drain.
+  // Writes: one host publishes the prompt and waits for the queue to drain. It lives to the end:
+  // an in-process (memory) space lasts while a host names it.
+  const auto source = Cache::open(config, registry);
   {
-    const auto source = Cache::open(config, registry);
     const SeqId id = fill(*source, m, ids, false, rows);
     const auto start = Clock::now();
     source->publish_prefix(id, ids);
