@@ -172,8 +172,9 @@ void add_tier_command(CLI::App& bench, const Globals& globals) {
                                l["p99_us"].get<double>(), l["found_pages"].get<int>());
     for (const auto& l : r["lengths"])
       std::cout << fmt::format(
-          "{:>5} pages: pull {:.2f} ms ({:.3f} GB/s){}\n", l["pages"].get<int>(),
-          l["pull_ms"].get<double>(), l["pull_gbps"].get<double>(),
+          "{:>5} pages: pull {:.2f} ms ({:.3f} GB/s; {:.2f} ms into a fresh host){}\n",
+          l["pages"].get<int>(), l["pull_ms"].get<double>(), l["pull_gbps"].get<double>(),
+          l["cold_pull_ms"].get<double>(),
           l.contains("recompute_ms")
               ? fmt::format(", recompute {:.2f} ms", l["recompute_ms"].get<double>())
               : std::string());
