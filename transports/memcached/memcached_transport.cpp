@@ -97,7 +97,15 @@ std::vector<bool> MemcachedTransport::probe(std::span<const std::string> keys) {
 std::vector<std::optional<remote::Value>> MemcachedTransport::get(
     std::span<const std::string> keys) {
   std::vector<std::optional<remote::Value>> values(keys.size());
-  if (keys.empty()) return values;
+  get_each(keys, [&](std::size_t i, std::span<const std::byte> v) {
+    values[i] = remote::Value(v.begin(), v.end());
+  });
+  return values;
+}
+
+// Straight from libmemcached's results: no copy of the transport's own.
+void MemcachedTransport::get_each(std::span<const std::string> keys, const ValueSink& sink) {
+  if (keys.empty()) return;
   std::vector<const char*> names;
   std::vector<std::size_t> lengths;
   std::unordered_map<std::string_view, std::size_t> index;
@@ -115,13 +123,11 @@ std::vector<std::optional<remote::Value>> MemcachedTransport::get(
   memcached_return_t rc;
   while (memcached_result_st* r = memcached_fetch_result(client_.get(), nullptr, &rc)) {
     const std::string_view key(memcached_result_key_value(r), memcached_result_key_length(r));
-    if (const auto at = index.find(key); at != index.end()) {
-      const auto* bytes = reinterpret_cast<const std::byte*>(memcached_result_value(r));
-      values[at->second] = remote::Value(bytes, bytes + memcached_result_length(r));
-    }
+    if (const auto at = index.find(key); at != index.end())
+      sink(at->second, {reinterpret_cast<const std::byte*>(memcached_result_value(r)),
+                        memcached_result_length(r)});
     memcached_result_free(r);
   }
-  return values;
 }
 
 std::vector<bool> MemcachedTransport::put_if_absent(std::span<const std::string> keys,

@@ -101,16 +101,19 @@ std::vector<bool> RespTransport::probe(std::span<const std::string> keys) {
 }
 
 std::vector<std::optional<remote::Value>> RespTransport::get(std::span<const std::string> keys) {
-  std::vector<std::optional<remote::Value>> values;
-  for (const Reply& r : each("GET", keys)) {
-    if (!r || r->type != REDIS_REPLY_STRING) {
-      values.emplace_back();
-      continue;
-    }
-    const auto* bytes = reinterpret_cast<const std::byte*>(r->str);
-    values.emplace_back(remote::Value(bytes, bytes + r->len));
-  }
+  std::vector<std::optional<remote::Value>> values(keys.size());
+  get_each(keys, [&](std::size_t i, std::span<const std::byte> v) {
+    values[i] = remote::Value(v.begin(), v.end());
+  });
   return values;
+}
+
+// Straight from hiredis's replies: no copy of the transport's own.
+void RespTransport::get_each(std::span<const std::string> keys, const ValueSink& sink) {
+  const std::vector<Reply> replies = each("GET", keys);
+  for (std::size_t i = 0; i < replies.size(); ++i)
+    if (replies[i] && replies[i]->type == REDIS_REPLY_STRING)
+      sink(i, {reinterpret_cast<const std::byte*>(replies[i]->str), replies[i]->len});
 }
 
 std::vector<bool> RespTransport::put_if_absent(std::span<const std::string> keys,

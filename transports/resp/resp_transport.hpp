@@ -26,6 +26,7 @@ class RespTransport final : public remote::ByteStore {
 
   std::vector<bool> probe(std::span<const std::string> keys) override;
   std::vector<std::optional<remote::Value>> get(std::span<const std::string> keys) override;
+  void get_each(std::span<const std::string> keys, const ValueSink& sink) override;
   std::vector<bool> put_if_absent(std::span<const std::string> keys,
                                   std::span<const remote::Value> values) override;
   void remove(std::span<const std::string> keys) override;

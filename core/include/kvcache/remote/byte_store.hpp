@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -22,6 +23,16 @@ class ByteStore {
   virtual std::vector<bool> probe(std::span<const std::string> keys) = 0;
   // Per key, its value, or nullopt when absent.
   virtual std::vector<std::optional<Value>> get(std::span<const std::string> keys) = 0;
+  // Hands each held value to sink(index of its key, its bytes), the bytes valid during that call
+  // only: what a plugin's get goes through (the host copies each value once, behind the ABI).
+  // By default through get(); a transport whose client holds the bytes already hands them over
+  // without a copy of its own.
+  using ValueSink = std::function<void(std::size_t index, std::span<const std::byte> bytes)>;
+  virtual void get_each(std::span<const std::string> keys, const ValueSink& sink) {
+    const std::vector<std::optional<Value>> values = get(keys);
+    for (std::size_t i = 0; i < values.size() && i < keys.size(); ++i)
+      if (values[i]) sink(i, *values[i]);
+  }
   // Stores each value whose key is absent (a present one is left as it is: values are
   // immutable); per key, whether it was stored.
   virtual std::vector<bool> put_if_absent(std::span<const std::string> keys,

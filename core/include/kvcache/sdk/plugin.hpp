@@ -334,11 +334,11 @@ struct TransportThunks {
   static int32_t get(void* instance, const char* const* keys, uint64_t n, kvc_value_sink sink,
                      void* context, kvc_error* err) noexcept {
     return guard(err, [&] {
-      const std::vector<std::optional<remote::Value>> values =
-          self<T>(instance).get(keys_of(keys, n));
-      for (uint64_t i = 0; i < n && i < values.size(); ++i)
-        if (values[i] && sink(context, i, values[i]->data(), values[i]->size()) != KVC_OK)
-          throw Error(Code::internal, "the host refused a value");
+      self<T>(instance).get_each(keys_of(keys, n),
+                                 [&](std::size_t i, std::span<const std::byte> v) {
+                                   if (i < n && sink(context, i, v.data(), v.size()) != KVC_OK)
+                                     throw Error(Code::internal, "the host refused a value");
+                                 });
     });
   }
   static int32_t put_if_absent(void* instance, const char* const* keys, const void* const* values,
