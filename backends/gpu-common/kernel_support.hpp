@@ -45,6 +45,8 @@
 namespace kvcache::gpu {
 
 constexpr std::uint32_t kWarp = 32;
+// A slot past a work item's end (kernels look up a page per slot).
+constexpr std::uint32_t kNoPage = 0xFFFFFFFFu;
 
 // Lets `kernel` take `bytes` of dynamic shared memory (above the 48 KiB a launch gets unasked).
 template <class Kernel>
@@ -219,6 +221,39 @@ KVC_INLINE void load_words(const std::uint8_t* p, std::uint32_t* w) {
 #else
   std::memcpy(w, p, 4 * N);
 #endif
+}
+
+// kCount elements from their codes in words w, low bits first, as floats (before the format's
+// scale and minimum).
+template <std::uint32_t kKind, std::uint32_t kCount>
+KVC_INLINE void decode_codes(const std::uint32_t* w, float* x) {
+  if constexpr (kKind == kFp16) {
+    KVC_UNROLL
+    for (std::uint32_t i = 0; i < kCount / 2; ++i) halves_to_floats(w[i], x[2 * i], x[2 * i + 1]);
+  } else if constexpr (kKind == kBf16) {
+    KVC_UNROLL
+    for (std::uint32_t i = 0; i < kCount / 2; ++i) {
+      x[2 * i] = bits_float(w[i] << 16);
+      x[2 * i + 1] = bits_float(w[i] & 0xFFFF0000u);
+    }
+  } else if constexpr (kKind == kFp8E4M3) {
+    KVC_UNROLL
+    for (std::uint32_t i = 0; i < kCount / 2; ++i)
+      fp8_pair_to_floats(w[i / 2] >> (16 * (i % 2)), x[2 * i], x[2 * i + 1]);
+  } else {
+    constexpr std::uint32_t kPerWord = kKind == kInt4Group ? 8 : 4;
+    KVC_UNROLL
+    for (std::uint32_t i = 0; i < (kCount + kPerWord - 1) / kPerWord; ++i) {
+      float t[kPerWord];
+      if constexpr (kKind == kInt4Group)
+        nibbles_to_floats(w[i], t);
+      else
+        int8x4_to_floats(w[i], t);
+      KVC_UNROLL
+      for (std::uint32_t e = 0; e < kPerWord; ++e)
+        if (i * kPerWord + e < kCount) x[i * kPerWord + e] = t[e];
+    }
+  }
 }
 
 // The slot of a query's j-th visible slot (spans are few: a mask answers at most a handful).

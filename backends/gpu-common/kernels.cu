@@ -151,7 +151,6 @@ constexpr std::uint32_t kUnroll = 2;
 
 // Where a lane's slot of the tile is: its page (kNoPage past the item's end), and in one word its
 // slot within the page and whether its K or V row still waits in the residual rows.
-constexpr std::uint32_t kNoPage = 0xFFFFFFFFu;
 constexpr std::uint32_t kInPage = kMaxPageSize - 1, kHeldK = kMaxPageSize, kHeldV = kHeldK << 1;
 
 // A chunk of a row as loaded: up to 16 bytes of codes and one word of metadata (the token's
@@ -216,8 +215,7 @@ struct Chunk {
 KVC_INLINE void decode_chunk(std::uint32_t kind, const DeviceFormat& f, const RowAt& at,
                              const RawChunk& raw, std::uint32_t c, std::uint32_t dim, Chunk& out) {
   if (at.held != nullptr || kind == kFp16) {
-    for (std::uint32_t i = 0; i < kChunk / 2; ++i)
-      halves_to_floats(raw.w[i], out.x[2 * i], out.x[2 * i + 1]);
+    decode_codes<kFp16, kChunk>(raw.w, out.x);
     return;
   }
   switch (kind) {
@@ -229,25 +227,19 @@ KVC_INLINE void decode_chunk(std::uint32_t kind, const DeviceFormat& f, const Ro
       return;
     }
     case kBf16:
-      for (std::uint32_t i = 0; i < kChunk / 2; ++i) {
-        out.x[2 * i] = bits_float(raw.w[i] << 16);
-        out.x[2 * i + 1] = bits_float(raw.w[i] & 0xFFFF0000u);
-      }
+      decode_codes<kBf16, kChunk>(raw.w, out.x);
       return;
     case kFp8E4M3:
       out.scale = bits_float(raw.meta);
-      for (std::uint32_t i = 0; i < kChunk / 2; ++i)
-        fp8_pair_to_floats(raw.w[i / 2] >> (16 * (i % 2)), out.x[2 * i], out.x[2 * i + 1]);
+      decode_codes<kFp8E4M3, kChunk>(raw.w, out.x);
       return;
     case kInt8PerToken:
       out.scale = bits_float(raw.meta);
-      for (std::uint32_t e = 0; e < kChunk; ++e)
-        out.x[e] = static_cast<float>(static_cast<std::int8_t>(raw.w[e / 4] >> (8 * (e % 4))));
+      decode_codes<kInt8PerToken, kChunk>(raw.w, out.x);
       return;
     case kInt4Group:
       halves_to_floats(raw.meta, out.scale, out.bias);
-      for (std::uint32_t e = 0; e < kChunk; ++e)
-        out.x[e] = static_cast<float>((raw.w[0] >> (4 * e)) & 0xFu);
+      decode_codes<kInt4Group, kChunk>(raw.w, out.x);
       return;
     default: {  // kivi-k: per channel, a scale and minimum shared by the slot's token group
       const std::uint8_t* meta =

@@ -33,7 +33,6 @@ constexpr std::uint32_t kWarps = 2;  // two buffers of fp16 rows of 128 fit AMD'
 constexpr std::uint32_t kWarps = 4;
 #endif
 constexpr std::uint32_t kRows = kWarp;  // a tile: one row per lane
-constexpr std::uint32_t kNoPage = 0xFFFFFFFFu;
 // Integer keys (int8, int4) meet queries rounded to int8 in blocks of this many elements, each
 // with its own step (the numerics gpu_capabilities declares); scores, when wanted, come from the
 // general kernel, which keeps float queries.
@@ -58,39 +57,6 @@ struct Tile {
   static constexpr std::uint32_t bytes = kRows * (stride + max_meta);
   static constexpr std::uint32_t lane_dims = kDim / kWarp;  // a lane's share of the values
 };
-
-// kCount elements from their codes in words w, low bits first, as floats (before the format's
-// scale and minimum).
-template <std::uint32_t kKind, std::uint32_t kCount>
-KVC_INLINE void decode_codes(const std::uint32_t* w, float* x) {
-  if constexpr (kKind == kFp16) {
-    KVC_UNROLL
-    for (std::uint32_t i = 0; i < kCount / 2; ++i) halves_to_floats(w[i], x[2 * i], x[2 * i + 1]);
-  } else if constexpr (kKind == kBf16) {
-    KVC_UNROLL
-    for (std::uint32_t i = 0; i < kCount / 2; ++i) {
-      x[2 * i] = bits_float(w[i] << 16);
-      x[2 * i + 1] = bits_float(w[i] & 0xFFFF0000u);
-    }
-  } else if constexpr (kKind == kFp8E4M3) {
-    KVC_UNROLL
-    for (std::uint32_t i = 0; i < kCount / 2; ++i)
-      fp8_pair_to_floats(w[i / 2] >> (16 * (i % 2)), x[2 * i], x[2 * i + 1]);
-  } else {
-    constexpr std::uint32_t kPerWord = kKind == kInt4Group ? 8 : 4;
-    KVC_UNROLL
-    for (std::uint32_t i = 0; i < (kCount + kPerWord - 1) / kPerWord; ++i) {
-      float t[kPerWord];
-      if constexpr (kKind == kInt4Group)
-        nibbles_to_floats(w[i], t);
-      else
-        int8x4_to_floats(w[i], t);
-      KVC_UNROLL
-      for (std::uint32_t e = 0; e < kPerWord; ++e)
-        if (i * kPerWord + e < kCount) x[i * kPerWord + e] = t[e];
-    }
-  }
-}
 
 // kBytes (1, 2, 4, 8 or 16) bytes of shared memory as words, low bytes first.
 template <std::uint32_t kBytes>
