@@ -15,6 +15,13 @@
 
 namespace kvcache::testing {
 
+// n keys: prefix0, prefix1, ...
+inline std::vector<std::string> keys_named(const std::string& prefix, int n) {
+  std::vector<std::string> keys;
+  for (int i = 0; i < n; ++i) keys.push_back(prefix + std::to_string(i));
+  return keys;
+}
+
 // Probe, put-if-absent (a value once stored stays), get of binary values and of a missing key,
 // remove: on an empty store.
 inline void expect_a_batched_byte_store(remote::ByteStore& store) {

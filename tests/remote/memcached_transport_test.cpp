@@ -24,12 +24,6 @@ std::unique_ptr<remote::ByteStore> memcached(const std::vector<std::string>& end
   return registry->create_transport("memcached", options);
 }
 
-std::vector<std::string> keys_named(const std::string& prefix, int n) {
-  std::vector<std::string> keys;
-  for (int i = 0; i < n; ++i) keys.push_back(prefix + std::to_string(i));
-  return keys;
-}
-
 TEST(MemcachedTransport, ABatchedByteStoreWithPutIfAbsent) {
   testing::MemcachedServer server;
   if (!server.available()) GTEST_SKIP() << server.why();
@@ -45,7 +39,7 @@ TEST(MemcachedTransport, AKilledServerCostsItsOwnKeysThenLeavesTheRing) {
   const auto store = memcached(
       {a.endpoint(), b.endpoint(), c.endpoint()},
       {{"connect_timeout_ms", 100}, {"timeout_ms", 300}, {"failure_limit", 1}, {"retry_s", 60}});
-  const std::vector<std::string> keys = keys_named("kvc1:spread:", 60);
+  const std::vector<std::string> keys = testing::keys_named("kvc1:spread:", 60);
   std::vector<remote::Value> values;
   for (int i = 0; i < 60; ++i) values.push_back(remote::Value(100, static_cast<std::byte>(i)));
   EXPECT_EQ(store->put_if_absent(keys, values), std::vector<bool>(60, true));

@@ -28,12 +28,6 @@ std::unique_ptr<remote::ByteStore> cluster_store(const std::string& seed) {
                                              {"breaker_ms", 200}});
 }
 
-std::vector<std::string> keys_named(const std::string& prefix, int n) {
-  std::vector<std::string> keys;
-  for (int i = 0; i < n; ++i) keys.push_back(prefix + std::to_string(i));
-  return keys;
-}
-
 std::vector<remote::Value> values_for(std::size_t n) {
   std::vector<remote::Value> values;
   for (std::size_t i = 0; i < n; ++i)
@@ -81,7 +75,7 @@ TEST(RespCluster, ABatchedByteStoreSpreadOverTheMasters) {
   if (!cluster.available()) GTEST_SKIP() << cluster.why();
   const auto store = cluster_store(cluster.nodes()[0]->endpoint());
   testing::expect_a_batched_byte_store(*store);
-  const std::vector<std::string> keys = keys_named("kvc1:spread:", 120);
+  const std::vector<std::string> keys = testing::keys_named("kvc1:spread:", 120);
   const std::vector<remote::Value> values = values_for(keys.size());
   EXPECT_EQ(store->put_if_absent(keys, values), std::vector<bool>(keys.size(), true));
   EXPECT_EQ(held(*store, keys, values), keys.size());
@@ -98,7 +92,7 @@ TEST(RespCluster, AKilledMastersReplicaTakesOverAndItsKeysHitAgain) {
   testing::RedisCluster cluster;
   if (!cluster.available()) GTEST_SKIP() << cluster.why();
   const auto store = cluster_store(cluster.nodes()[1]->endpoint());
-  const std::vector<std::string> keys = keys_named("kvc1:failover:", 90);
+  const std::vector<std::string> keys = testing::keys_named("kvc1:failover:", 90);
   const std::vector<remote::Value> values = values_for(keys.size());
   ASSERT_EQ(store->put_if_absent(keys, values), std::vector<bool>(keys.size(), true));
   std::size_t victim = 0;
@@ -122,7 +116,7 @@ TEST(RespCluster, ASlotRangeReshardedWhileReadingIsFollowed) {
   testing::RedisCluster cluster;
   if (!cluster.available()) GTEST_SKIP() << cluster.why();
   const auto store = cluster_store(cluster.nodes()[0]->endpoint());
-  const std::vector<std::string> keys = keys_named("kvc1:reshard:", 400);
+  const std::vector<std::string> keys = testing::keys_named("kvc1:reshard:", 400);
   const std::vector<remote::Value> values = values_for(keys.size());
   ASSERT_EQ(store->put_if_absent(keys, values), std::vector<bool>(keys.size(), true));
   std::vector<std::size_t> masters;
