@@ -2,30 +2,13 @@
 
 #include <libmemcached/memcached.h>
 
-#include <charconv>
 #include <unordered_map>
 
+#include "kvcache/sdk/endpoints.hpp"
 #include "kvcache/status.hpp"
 
 namespace kvcache::memcached {
 namespace {
-
-// "host:port" (port defaults to 11211).
-std::pair<std::string, in_port_t> endpoint_of(const std::string& text) {
-  const std::size_t colon = text.rfind(':');
-  std::string host = text.substr(0, colon);
-  int port = 11211;
-  if (colon != std::string::npos) {
-    const std::string digits = text.substr(colon + 1);
-    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
-    if (ec != std::errc() || end != digits.data() + digits.size() || port < 1 || port > 65535)
-      throw Error(Code::invalid_argument,
-                  "endpoint '" + text + "': expected host:port with a port from 1 to 65535");
-  }
-  if (host.empty())
-    throw Error(Code::invalid_argument, "endpoint '" + text + "': expected host:port");
-  return {host, static_cast<in_port_t>(port)};
-}
 
 // Whether rc means the server could not be asked (as against an answer: found, not found, not
 // stored).
@@ -53,15 +36,12 @@ MemcachedTransport::MemcachedTransport(const sdk::Options& o)
   if (!endpoints.is_array() || endpoints.empty())
     throw Error(Code::invalid_argument,
                 "option 'endpoints': the memcached transport takes a list of host:port");
-  for (const nlohmann::json& e : endpoints) {
-    if (!e.is_string())
-      throw Error(Code::invalid_argument, "option 'endpoints': each is a string, host:port");
-    const std::string text = e.get<std::string>();
-    const auto [host, port] = endpoint_of(text);
-    if (memcached_server_add(client_.get(), host.c_str(), port) != MEMCACHED_SUCCESS)
-      throw Error(Code::invalid_argument, "memcached: cannot add server " + text);
+  for (const sdk::Endpoint& e : sdk::parse_endpoints(endpoints, 11211)) {
+    if (memcached_server_add(client_.get(), e.host.c_str(), static_cast<in_port_t>(e.port)) !=
+        MEMCACHED_SUCCESS)
+      throw Error(Code::invalid_argument, "memcached: cannot add server " + e.text());
     if (!endpoints_.empty()) endpoints_ += ',';
-    endpoints_ += text;
+    endpoints_ += e.text();
   }
   const auto timeout_ms = o.get<std::uint32_t>("timeout_ms", 1000);
   const std::pair<memcached_behavior_t, std::uint64_t> behaviors[] = {

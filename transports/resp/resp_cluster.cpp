@@ -13,10 +13,6 @@ constexpr std::size_t kSlots = 16384;
 constexpr int kRounds = 4;  // a key is sent at most this often (redirections, TRYAGAIN)
 constexpr auto kRefreshGap = std::chrono::milliseconds(100);
 
-std::string name_of(const Endpoint& e) {
-  return e.host + ":" + std::to_string(e.port);
-}
-
 // CRC16-CCITT (XMODEM): polynomial 0x1021, initial 0.
 std::uint16_t crc16(std::string_view bytes) {
   std::uint16_t crc = 0;
@@ -59,10 +55,9 @@ Cluster::Cluster(std::vector<Endpoint> seeds, ConnectionSettings settings,
 Cluster::Node& Cluster::node(const std::string& name) {
   Node& n = nodes_[name];
   if (!n.connection) {
-    const std::size_t colon = name.rfind(':');
-    n.connection = std::make_unique<Connection>(
-        Endpoint{name.substr(0, colon), std::stoi(name.substr(colon + 1))},
-        settings_.connect_timeout, settings_.timeout, settings_.username, settings_.password);
+    n.connection = std::make_unique<Connection>(sdk::parse_endpoint(name, kDefaultPort),
+                                                settings_.connect_timeout, settings_.timeout,
+                                                settings_.username, settings_.password);
   }
   return n;
 }
@@ -75,7 +70,7 @@ bool Cluster::refresh() {
   std::vector<std::string> asked;
   for (const auto& [name, n] : nodes_)
     if (n.closed_until <= now) asked.push_back(name);
-  for (const Endpoint& e : seeds_) asked.push_back(name_of(e));
+  for (const Endpoint& e : seeds_) asked.push_back(e.text());
   for (const std::string& name : asked) {
     Node& n = node(name);
     try {
@@ -172,7 +167,7 @@ std::string Cluster::describe() const {
   std::string seeds;
   for (const Endpoint& e : seeds_) {
     if (!seeds.empty()) seeds += ',';
-    seeds += name_of(e);
+    seeds += e.text();
   }
   return "resp cluster " + seeds;
 }

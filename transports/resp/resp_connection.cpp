@@ -2,8 +2,6 @@
 
 #include <sys/time.h>
 
-#include <charconv>
-
 #include <hiredis/hiredis.h>
 
 #include "kvcache/status.hpp"
@@ -17,22 +15,6 @@ timeval to_timeval(std::chrono::milliseconds ms) {
 }
 
 }  // namespace
-
-Endpoint parse_endpoint(const std::string& text) {
-  const std::size_t colon = text.rfind(':');
-  Endpoint e;
-  e.host = text.substr(0, colon);
-  if (colon != std::string::npos) {
-    const std::string port = text.substr(colon + 1);
-    const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), e.port);
-    if (ec != std::errc() || end != port.data() + port.size() || e.port < 1 || e.port > 65535)
-      throw Error(Code::invalid_argument,
-                  "endpoint '" + text + "': expected host:port with a port from 1 to 65535");
-  }
-  if (e.host.empty())
-    throw Error(Code::invalid_argument, "endpoint '" + text + "': expected host:port");
-  return e;
-}
 
 Connection::Connection(Endpoint endpoint, std::chrono::milliseconds connect_timeout,
                        std::chrono::milliseconds timeout, std::string username,
@@ -51,8 +33,8 @@ void Connection::fail(const std::string& what) {
   const std::string why = context_ != nullptr && context_->err != 0 ? context_->errstr : "";
   if (context_ != nullptr) redisFree(context_);
   context_ = nullptr;  // the next call connects again
-  throw Error(Code::unavailable, "redis " + endpoint_.host + ":" + std::to_string(endpoint_.port) +
-                                     ": " + what + (why.empty() ? "" : ": " + why));
+  throw Error(Code::unavailable,
+              "redis " + endpoint_.text() + ": " + what + (why.empty() ? "" : ": " + why));
 }
 
 redisContext* Connection::connect() {

@@ -9,17 +9,15 @@
 #include <string>
 #include <vector>
 
+#include "kvcache/sdk/endpoints.hpp"
+
 struct redisContext;
 struct redisReply;
 
 namespace kvcache::resp {
 
-struct Endpoint {
-  std::string host;
-  int port = 6379;
-};
-// "host:port" (port defaults to 6379); throws Error(invalid_argument) naming what is wrong.
-Endpoint parse_endpoint(const std::string& text);
+using sdk::Endpoint;
+constexpr int kDefaultPort = 6379;
 
 // A reply, freed with it.
 using Reply = std::unique_ptr<redisReply, void (*)(void*)>;

@@ -32,13 +32,7 @@ std::vector<Endpoint> endpoints_of(const sdk::Options& o, bool cluster) {
     throw Error(Code::invalid_argument,
                 "option 'endpoints': the resp transport takes one endpoint, host:port (a Redis "
                 "Cluster's seed nodes, one or more, with cluster: true)");
-  std::vector<Endpoint> out;
-  for (const nlohmann::json& e : endpoints) {
-    if (!e.is_string())
-      throw Error(Code::invalid_argument, "option 'endpoints': each is a string, host:port");
-    out.push_back(parse_endpoint(e.get<std::string>()));
-  }
-  return out;
+  return sdk::parse_endpoints(endpoints, kDefaultPort);
 }
 
 // An error reply (a full server, a cluster's redirection, a wrong type) fails the whole call:
@@ -132,8 +126,7 @@ void RespTransport::remove(std::span<const std::string> keys) {
 
 std::string RespTransport::describe() const {
   if (cluster_) return cluster_->describe();
-  return "resp " + connection_->endpoint().host + ":" +
-         std::to_string(connection_->endpoint().port);
+  return "resp " + connection_->endpoint().text();
 }
 
 }  // namespace kvcache::resp
