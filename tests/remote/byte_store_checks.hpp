@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,28 @@ inline void expect_a_batched_byte_store(remote::ByteStore& store) {
   EXPECT_FALSE(got[2].has_value());
   store.remove(two);
   EXPECT_EQ(store.probe(keys), (std::vector<bool>{false, false, false}));
+
+  // A batch larger than a transport's groups of requests, every third key absent: get_each
+  // hands over each held value once, under its own index.
+  const std::vector<std::string> many = keys_named("kvc1:t:many", 50);
+  std::vector<std::string> held;
+  std::vector<remote::Value> held_values;
+  for (std::size_t i = 0; i < many.size(); ++i)
+    if (i % 3 != 1) {
+      held.push_back(many[i]);
+      held_values.emplace_back(1000 * i + 1, static_cast<std::byte>(i));
+    }
+  EXPECT_EQ(store.put_if_absent(held, held_values), std::vector<bool>(held.size(), true));
+  std::vector<int> seen(many.size(), 0);
+  store.get_each(many, [&](std::size_t i, std::span<const std::byte> v) {
+    ASSERT_LT(i, many.size());
+    ++seen[i];
+    EXPECT_EQ(remote::Value(v.begin(), v.end()),
+              remote::Value(1000 * i + 1, static_cast<std::byte>(i)))
+        << "key " << i;
+  });
+  for (std::size_t i = 0; i < many.size(); ++i) EXPECT_EQ(seen[i], i % 3 != 1 ? 1 : 0) << i;
+  store.remove(held);
 }
 
 // With `server` killed, a call is Error(unavailable) naming it, and so is the next one (which

@@ -2,6 +2,8 @@
 
 #include <sys/time.h>
 
+#include <algorithm>
+
 #include <hiredis/hiredis.h>
 
 #include "kvcache/status.hpp"
@@ -29,10 +31,14 @@ Connection::~Connection() {
   if (context_ != nullptr) redisFree(context_);
 }
 
-void Connection::fail(const std::string& what) {
-  const std::string why = context_ != nullptr && context_->err != 0 ? context_->errstr : "";
+void Connection::drop() {
   if (context_ != nullptr) redisFree(context_);
   context_ = nullptr;  // the next call connects again
+}
+
+void Connection::fail(const std::string& what) {
+  const std::string why = context_ != nullptr && context_->err != 0 ? context_->errstr : "";
+  drop();
   throw Error(Code::unavailable,
               "redis " + endpoint_.text() + ": " + what + (why.empty() ? "" : ": " + why));
 }
@@ -57,12 +63,13 @@ redisContext* Connection::connect() {
   return context_;
 }
 
-std::vector<Reply> Connection::pipeline(
-    const std::vector<std::vector<std::string_view>>& commands) {
+redisContext* Connection::send(std::span<const std::vector<std::string_view>> commands) {
   redisContext* c = connect();
+  std::vector<const char*> argv;
+  std::vector<std::size_t> lengths;
   for (const std::vector<std::string_view>& command : commands) {
-    std::vector<const char*> argv;
-    std::vector<std::size_t> lengths;
+    argv.clear();
+    lengths.clear();
     for (const std::string_view a : command) {
       argv.push_back(a.data());
       lengths.push_back(a.size());
@@ -71,14 +78,63 @@ std::vector<Reply> Connection::pipeline(
         REDIS_OK)
       fail("cannot send");
   }
+  return c;
+}
+
+Reply Connection::read_reply(redisContext* c) {
+  void* reply = nullptr;
+  if (redisGetReply(c, &reply) != REDIS_OK || reply == nullptr) fail("no reply");
+  return {static_cast<redisReply*>(reply), freeReplyObject};
+}
+
+std::vector<Reply> Connection::pipeline(
+    const std::vector<std::vector<std::string_view>>& commands) {
+  redisContext* c = send(std::span(commands));
   std::vector<Reply> replies;
   replies.reserve(commands.size());
-  for (std::size_t i = 0; i < commands.size(); ++i) {
-    void* reply = nullptr;
-    if (redisGetReply(c, &reply) != REDIS_OK || reply == nullptr) fail("no reply");
-    replies.emplace_back(static_cast<redisReply*>(reply), freeReplyObject);
-  }
+  for (std::size_t i = 0; i < commands.size(); ++i) replies.push_back(read_reply(c));
   return replies;
+}
+
+// A server makes the replies of every command it has read before it writes any: GETs of a few
+// hundred KB sent all at once would have the reader wait while the server copies MBs of them. So
+// they go in groups, one group ahead of the replies being read: the server makes the next
+// group's replies while this one's are read.
+void Connection::pipeline_bulk(const std::vector<std::vector<std::string_view>>& commands,
+                               const BulkHandler& on_reply) {
+  redisContext* c = connect();
+  // Earlier replies were read whole, so hiredis's reader holds nothing of these.
+  if (c->reader->pos < c->reader->len) fail("unread bytes before a pipeline");
+  const std::span<const std::vector<std::string_view>> all(commands);
+  std::size_t sent = 0;
+  const auto send_group = [&] {
+    const std::size_t n = std::min(kBulkGroup, all.size() - sent);
+    if (n == 0) return;
+    send(all.subspan(sent, n));
+    for (int done = 0; done == 0;)
+      if (redisBufferWrite(c, &done) != REDIS_OK) fail("cannot send");
+    sent += n;
+  };
+  send_group();
+  send_group();
+  BulkReplies replies(c->fd);
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const BulkReplies::Reply reply = [&] {
+      try {
+        return replies.next();
+      } catch (const Error& e) {
+        fail(e.what());
+      }
+    }();
+    try {
+      on_reply(i, reply);
+    } catch (...) {
+      drop();
+      throw;
+    }
+    if ((i + 1) % kBulkGroup == 0) send_group();
+  }
+  if (replies.pending()) fail("bytes past the last reply");
 }
 
 }  // namespace kvcache::resp

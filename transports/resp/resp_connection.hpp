@@ -5,10 +5,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "bulk_replies.hpp"
 #include "kvcache/sdk/endpoints.hpp"
 
 struct redisContext;
@@ -36,10 +39,22 @@ class Connection {
   // An I/O failure or timeout drops the connection and throws Error(unavailable); an error reply
   // is returned as it is (the caller decides).
   std::vector<Reply> pipeline(const std::vector<std::vector<std::string_view>>& commands);
+  // GETs pipelined, each reply handed to on_reply(index, reply) as soon as it is read, straight
+  // off the socket (bulk_replies.hpp), before the next is read: the caller's work on one
+  // overlaps the server's sending of the next. If on_reply throws, the connection is dropped
+  // (replies are left unread) and the exception goes on.
+  static constexpr std::size_t kBulkGroup = 16;  // GETs sent at a time (pipeline_bulk)
+  using BulkHandler = std::function<void(std::size_t index, const BulkReplies::Reply& reply)>;
+  void pipeline_bulk(const std::vector<std::vector<std::string_view>>& commands,
+                     const BulkHandler& on_reply);
   const Endpoint& endpoint() const { return endpoint_; }
 
  private:
   redisContext* connect();
+  // Appends the commands to hiredis's output buffer (sent by the next read or flush).
+  redisContext* send(std::span<const std::vector<std::string_view>> commands);
+  Reply read_reply(redisContext* c);
+  void drop();
   [[noreturn]] void fail(const std::string& what);
 
   Endpoint endpoint_;

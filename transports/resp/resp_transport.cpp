@@ -37,10 +37,16 @@ std::vector<Endpoint> endpoints_of(const sdk::Options& o, bool cluster) {
 
 // An error reply (a full server, a cluster's redirection, a wrong type) fails the whole call:
 // the tier takes it as a miss or a drop.
-void check(const Reply& reply, std::string_view verb) {
-  if (reply->type == REDIS_REPLY_ERROR)
+void check(const redisReply& reply, std::string_view verb) {
+  if (reply.type == REDIS_REPLY_ERROR)
     throw Error(Code::unavailable,
-                std::string(verb) + " answered: " + std::string(reply->str, reply->len));
+                std::string(verb) + " answered: " + std::string(reply.str, reply.len));
+}
+
+void hand_over(std::size_t index, const redisReply& reply,
+               const remote::ByteStore::ValueSink& sink) {
+  if (reply.type == REDIS_REPLY_STRING)
+    sink(index, {reinterpret_cast<const std::byte*>(reply.str), reply.len});
 }
 
 }  // namespace
@@ -60,26 +66,33 @@ RespTransport::RespTransport(const sdk::Options& o) {
                                                std::move(s.username), std::move(s.password));
 }
 
-std::vector<Reply> RespTransport::each(std::string_view verb, std::span<const std::string> keys,
-                                       std::span<const remote::Value> values,
-                                       std::vector<std::string_view> extra) {
-  std::vector<std::vector<std::string_view>> commands;
-  commands.reserve(keys.size());
+std::vector<std::vector<std::string_view>> RespTransport::commands(
+    std::string_view verb, std::span<const std::string> keys, std::span<const remote::Value> values,
+    const std::vector<std::string_view>& extra) {
+  std::vector<std::vector<std::string_view>> out;
+  out.reserve(keys.size());
   for (std::size_t i = 0; i < keys.size(); ++i) {
     std::vector<std::string_view> c{verb, keys[i]};
     if (!values.empty())
       c.emplace_back(reinterpret_cast<const char*>(values[i].data()), values[i].size());
     c.insert(c.end(), extra.begin(), extra.end());
-    commands.push_back(std::move(c));
+    out.push_back(std::move(c));
   }
+  return out;
+}
+
+std::vector<Reply> RespTransport::each(std::string_view verb, std::span<const std::string> keys,
+                                       std::span<const remote::Value> values,
+                                       std::vector<std::string_view> extra) {
+  const auto pipelined = commands(verb, keys, values, extra);
   std::lock_guard lock(mutex_);
   if (!cluster_) {
-    std::vector<Reply> replies = connection_->pipeline(commands);
-    for (const Reply& r : replies) check(r, verb);
+    std::vector<Reply> replies = connection_->pipeline(pipelined);
+    for (const Reply& r : replies) check(*r, verb);
     return replies;
   }
   std::vector<std::string_view> names(keys.begin(), keys.end());
-  std::vector<Reply> replies = cluster_->run(commands, names);
+  std::vector<Reply> replies = cluster_->run(pipelined, names);
   if (!replies.empty() &&
       std::none_of(replies.begin(), replies.end(), [](const Reply& r) { return r != nullptr; }))
     throw Error(Code::unavailable,
@@ -102,12 +115,30 @@ std::vector<std::optional<remote::Value>> RespTransport::get(std::span<const std
   return values;
 }
 
-// Straight from hiredis's replies: no copy of the transport's own.
+// Straight from hiredis's replies: no copy of the transport's own. From one server, each value
+// as it is read (the host verifies and imports it while the next arrives); an error reply fails
+// the call after the rest are read, so the connection stays in step.
 void RespTransport::get_each(std::span<const std::string> keys, const ValueSink& sink) {
-  const std::vector<Reply> replies = each("GET", keys);
-  for (std::size_t i = 0; i < replies.size(); ++i)
-    if (replies[i] && replies[i]->type == REDIS_REPLY_STRING)
-      sink(i, {reinterpret_cast<const std::byte*>(replies[i]->str), replies[i]->len});
+  if (cluster_) {
+    const std::vector<Reply> replies = each("GET", keys);
+    for (std::size_t i = 0; i < replies.size(); ++i)
+      if (replies[i]) hand_over(i, *replies[i], sink);
+    return;
+  }
+  const auto pipelined = commands("GET", keys);
+  std::optional<Error> refused;
+  std::lock_guard lock(mutex_);
+  connection_->pipeline_bulk(pipelined, [&](std::size_t i, const BulkReplies::Reply& reply) {
+    if (reply.kind == BulkReplies::Kind::error && !refused) {
+      refused.emplace(
+          Code::unavailable,
+          "GET answered: " +
+              std::string(reinterpret_cast<const char*>(reply.bytes.data()), reply.bytes.size()));
+    } else if (reply.kind == BulkReplies::Kind::value && !refused) {
+      sink(i, reply.bytes);
+    }
+  });
+  if (refused) throw *refused;
 }
 
 std::vector<bool> RespTransport::put_if_absent(std::span<const std::string> keys,

@@ -33,8 +33,12 @@ class RespTransport final : public remote::ByteStore {
   std::string describe() const override;
 
  private:
-  // One command per key: `verb key [extra...]`, pipelined under the lock; a reply each, null
-  // where the key failed (in a cluster).
+  // One command per key: `verb key [value] [extra...]`.
+  static std::vector<std::vector<std::string_view>> commands(
+      std::string_view verb, std::span<const std::string> keys,
+      std::span<const remote::Value> values = {}, const std::vector<std::string_view>& extra = {});
+  // Those commands pipelined under the lock; a reply each, null where the key failed (in a
+  // cluster).
   std::vector<Reply> each(std::string_view verb, std::span<const std::string> keys,
                           std::span<const remote::Value> values = {},
                           std::vector<std::string_view> extra = {});
