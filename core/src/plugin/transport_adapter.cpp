@@ -20,11 +20,22 @@ class HostTransport final : public remote::ByteStore {
     return {held.begin(), held.end()};
   }
   std::vector<std::optional<remote::Value>> get(std::span<const std::string> keys) override {
+    std::vector<std::optional<remote::Value>> values(keys.size());
+    get_each(keys, [&](std::size_t i, std::span<const std::byte> v) {
+      values[i] = remote::Value(v.begin(), v.end());
+    });
+    return values;
+  }
+  void get_each(std::span<const std::string> keys, const ValueSink& sink) override {
     const std::vector<const char*> k = pointers(keys);
-    Sink sink{std::vector<std::optional<remote::Value>>(keys.size())};
-    t_->call(&kvc_transport_table::get, k.data(), uint64_t{k.size()}, &Sink::take,
-             static_cast<void*>(&sink));
-    return std::move(sink.values);
+    Forward forward{&sink, keys.size(), nullptr};
+    try {
+      t_->call(&kvc_transport_table::get, k.data(), uint64_t{k.size()}, &Forward::take,
+               static_cast<void*>(&forward));
+    } catch (...) {
+      if (!forward.error) throw;
+    }
+    if (forward.error) std::rethrow_exception(forward.error);  // the sink's own, not the plugin's
   }
   std::vector<bool> put_if_absent(std::span<const std::string> keys,
                                   std::span<const remote::Value> values) override {
@@ -58,18 +69,22 @@ class HostTransport final : public remote::ByteStore {
   }
 
  private:
-  // Values arrive through the plugin's calls to take(): copied here, index checked.
-  struct Sink {
-    std::vector<std::optional<remote::Value>> values;
+  // Values arrive through the plugin's calls to take(), straight from its client's buffer to the
+  // host's sink; the index is checked, and what the sink throws stops the call (the plugin sees a
+  // refusal) and is thrown again once the call is back on the host's side of the ABI.
+  struct Forward {
+    const ValueSink* sink;
+    std::size_t keys;
+    std::exception_ptr error;
     static int32_t take(void* context, uint64_t index, const void* data, uint64_t size) {
-      auto& self = *static_cast<Sink*>(context);
-      if (index >= self.values.size() || (data == nullptr && size > 0)) return KVC_INVALID_ARGUMENT;
+      auto& self = *static_cast<Forward*>(context);
+      if (index >= self.keys || (data == nullptr && size > 0)) return KVC_INVALID_ARGUMENT;
       try {
-        const auto* bytes = static_cast<const std::byte*>(data);
-        self.values[index] = remote::Value(bytes, bytes + size);
+        (*self.sink)(index, {static_cast<const std::byte*>(data), size});
         return KVC_OK;
-      } catch (const std::bad_alloc&) {
-        return KVC_OUT_OF_MEMORY;
+      } catch (...) {
+        self.error = std::current_exception();
+        return KVC_INTERNAL;
       }
     }
   };

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <map>
+#include <optional>
+#include <string>
 
 #include <spdlog/spdlog.h>
 
@@ -193,48 +196,75 @@ void TieredStore::pull(std::span<const std::int32_t> token_ids, std::uint64_t fr
       ++st.skipped;
       break;
     }
-    std::vector<std::optional<Value>> values;
+    // Each value is verified and imported as the transport hands it over (from its own buffer,
+    // while the next one arrives); the run stops at the first value missing, wrong or without
+    // room, and the values after it are only read past. A value ahead of its turn (a transport
+    // over several servers answers in their order) waits, copied, until the run reaches it.
+    const std::uint64_t first = next;
+    std::optional<std::string> wrong;  // the key of a value that failed verification
+    std::exception_ptr local;          // what the local store threw: not the transport's fault
+    bool stopped = false;
+    std::map<std::size_t, Value> early;
+    const auto accept = [&](std::span<const std::byte> value) {
+      const std::size_t j = next - first;
+      st.bytes_read += value.size();
+      const Checked checked = check_page(value, st.page(digests, next, token_ids), st.image_bytes);
+      if (!checked.ok()) {
+        spdlog::warn("shared tier: {} holds a wrong value for page {} ({}): {}; it is removed",
+                     remote_->describe(), next, keys[j], checked.problem);
+        ++st.corrupt;
+        wrong = keys[j];
+        return false;
+      }
+      try {
+        const PageImport imported =
+            inner_->import_page(token_ids.first((next + 1) * page_size), checked.payload);
+        if (imported == PageImport::no_room) {
+          ++st.no_room;
+          return false;
+        }
+        if (imported == PageImport::imported) ++st.hits;
+      } catch (...) {
+        local = std::current_exception();
+        return false;
+      }
+      std::lock_guard lock(st.mutex);
+      st.remember(keys[j]);
+      ++next;
+      return true;
+    };
+    const auto take = [&](std::size_t j, std::span<const std::byte> value) {
+      if (stopped || j < next - first || j >= keys.size()) return;
+      if (j > next - first) {
+        early.emplace(j, Value(value.begin(), value.end()));
+        return;
+      }
+      stopped = !accept(value);
+      for (auto at = early.find(next - first); !stopped && at != early.end();
+           at = early.find(next - first)) {
+        const Value waiting = std::move(at->second);
+        early.erase(at);
+        stopped = !accept(waiting);
+      }
+    };
     try {
       const std::size_t hits = held_run(*remote_, keys);
       more = hits == keys.size();
       keys.resize(hits);
-      if (hits > 0 && Clock::now() < deadline) values = remote_->get(keys);
+      if (hits > 0 && Clock::now() < deadline) remote_->get_each(keys, take);
       st.breaker.success();
     } catch (const std::exception& e) {
-      st.failed(*remote_, e);
-      break;
+      if (!local) st.failed(*remote_, e);
+      more = false;
     }
-    for (std::size_t j = 0; j < keys.size(); ++j, ++next) {
-      if (j >= values.size() || !values[j]) {
-        more = false;  // gone since the probe (evicted), or the get came back short
-        break;
+    if (local) std::rethrow_exception(local);
+    if (next - first < keys.size()) more = false;  // stopped, or the get came back short
+    if (wrong) {
+      try {
+        remote_->remove(std::span<const std::string>(&*wrong, 1));
+      } catch (const std::exception&) {
+        ++st.failures;
       }
-      st.bytes_read += values[j]->size();
-      const std::uint64_t i = next;
-      const Checked checked =
-          check_page(*values[j], st.page(digests, i, token_ids), st.image_bytes);
-      if (!checked.ok()) {
-        spdlog::warn("shared tier: {} holds a wrong value for page {} ({}): {}; it is removed",
-                     remote_->describe(), i, keys[j], checked.problem);
-        ++st.corrupt;
-        try {
-          remote_->remove(std::span<const std::string>(&keys[j], 1));
-        } catch (const std::exception&) {
-          ++st.failures;
-        }
-        more = false;
-        break;
-      }
-      const PageImport imported =
-          inner_->import_page(token_ids.first((i + 1) * page_size), checked.payload);
-      if (imported == PageImport::no_room) {
-        ++st.no_room;
-        more = false;
-        break;
-      }
-      if (imported == PageImport::imported) ++st.hits;
-      std::lock_guard lock(st.mutex);
-      st.remember(keys[j]);
     }
   }
   st.misses += to - next;

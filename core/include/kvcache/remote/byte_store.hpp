@@ -23,10 +23,12 @@ class ByteStore {
   virtual std::vector<bool> probe(std::span<const std::string> keys) = 0;
   // Per key, its value, or nullopt when absent.
   virtual std::vector<std::optional<Value>> get(std::span<const std::string> keys) = 0;
-  // Hands each held value to sink(index of its key, its bytes), the bytes valid during that call
-  // only: what a plugin's get goes through (the host copies each value once, behind the ABI).
-  // By default through get(); a transport whose client holds the bytes already hands them over
-  // without a copy of its own.
+  // Hands each held value to sink(index of its key, its bytes), once, in any order (a transport
+  // over several servers answers in theirs), the bytes valid during that call only: what the tier
+  // reads through (it verifies and imports each page from the transport's buffer) and what a
+  // plugin's get goes through. By default through get(); a transport whose client holds the bytes
+  // already hands them over without a copy of its own, and one that reads them in turn may hand
+  // each over as it arrives. What the sink throws ends the call and goes on to the caller.
   using ValueSink = std::function<void(std::size_t index, std::span<const std::byte> bytes)>;
   virtual void get_each(std::span<const std::string> keys, const ValueSink& sink) {
     const std::vector<std::optional<Value>> values = get(keys);
