@@ -535,6 +535,13 @@ TEST_P(StoreConformance, PublishedPagesTravelByteForByte) {
   EXPECT_EQ(to->import_page(first(p), images[0]), PageImport::present);
   EXPECT_EQ(to->stats().cached_pages, 2u);
   EXPECT_EQ(to->lookup_prefix(ids), 2u * p);
+  // The second page of a prompt whose first differs is another page (the chain of hashes).
+  std::vector<std::int32_t> other(ids.begin(), ids.begin() + 2 * p);
+  other[0] += 1;
+  EXPECT_EQ(to->import_page(other, images[1]), PageImport::imported);
+  EXPECT_EQ(to->lookup_prefix(other), 0u) << "its first page is not held";
+  EXPECT_EQ(to->lookup_prefix(ids), 2u * p);
+  EXPECT_EQ(to->import_page(first(2 * p), images[1]), PageImport::present);
 
   std::map<SeqId, Shadow> there;
   const SeqId b = to->create_sequence();

@@ -418,11 +418,9 @@ PageImport PageBook::import_page(std::span<const std::int32_t> token_ids,
   if (!spec_.prefix_caching)
     throw Error(Code::unsupported, "import_page: this store keeps no prefix cache");
   const std::uint64_t index = token_ids.size() / page_size - 1;
-  std::uint64_t parent = 0;
-  for (std::uint64_t i = 0; i < index; ++i)
-    parent = PrefixIndex::chain(parent, token_ids.subspan(i * page_size, page_size));
+  const std::span<const std::uint64_t> chain = import_chain(token_ids, index);
+  const std::uint64_t parent = index == 0 ? 0 : chain[index - 1], hash = chain[index];
   const auto tokens = token_ids.subspan(index * page_size, page_size);
-  const std::uint64_t hash = PrefixIndex::chain(parent, tokens);
   if (prefix_.find(parent, hash, tokens)) return PageImport::present;
   if (pool_.free_count() == 0 && pool_.cached_count() == 0) return PageImport::no_room;
   const PageId page = take_page();
@@ -439,6 +437,26 @@ PageImport PageBook::import_page(std::span<const std::int32_t> token_ids,
   prefix_.publish(page, parent, hash, tokens);
   release_page(page);  // published: it stays, cached
   return PageImport::imported;
+}
+
+std::span<const std::uint64_t> PageBook::import_chain(std::span<const std::int32_t> token_ids,
+                                                      std::uint64_t last) {
+  const std::uint32_t page_size = spec_.page_size;
+  auto& [tokens, hashes] = last_import_;
+  std::uint64_t same = 0;
+  while (same < hashes.size() && same <= last &&
+         std::equal(token_ids.begin() + static_cast<std::ptrdiff_t>(same * page_size),
+                    token_ids.begin() + static_cast<std::ptrdiff_t>((same + 1) * page_size),
+                    tokens.begin() + static_cast<std::ptrdiff_t>(same * page_size)))
+    ++same;
+  hashes.resize(same);
+  tokens.resize(same * page_size);
+  for (std::uint64_t i = same; i <= last; ++i) {
+    const auto page = token_ids.subspan(i * page_size, page_size);
+    tokens.insert(tokens.end(), page.begin(), page.end());  // first: never fewer than hashes
+    hashes.push_back(PrefixIndex::chain(i == 0 ? 0 : hashes[i - 1], page));
+  }
+  return std::span<const std::uint64_t>(hashes).first(last + 1);
 }
 
 std::uint64_t PageBook::evict_cached(std::uint64_t count) {

@@ -145,6 +145,11 @@ class PageBook {
   Position* slot_positions(PageId page) {
     return positions_.data() + std::size_t{page} * spec_.page_size;
   }
+  // The chain hashes of token_ids' pages up to page `last`, from those of the last import where
+  // its pages are the same: a pull imports page i of a prompt after page i - 1, and hashing the
+  // whole prefix again for each would be quadratic in the prompt's pages.
+  std::span<const std::uint64_t> import_chain(std::span<const std::int32_t> token_ids,
+                                              std::uint64_t last);
 
   StoreSpec spec_;
   std::uint32_t k_group_ = 0, v_group_ = 0;  // see token_group()
@@ -155,6 +160,10 @@ class PageBook {
   std::vector<std::uint32_t> fill_;  // occupied slots per page
   std::unordered_map<SeqId, Sequence> sequences_;
   SeqId next_id_ = 1;
+  struct {
+    std::vector<std::int32_t> tokens;   // of whole pages
+    std::vector<std::uint64_t> hashes;  // a chain hash per page
+  } last_import_;
 };
 
 }  // namespace kvcache::paging
