@@ -13,6 +13,9 @@
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include "host_memory.hpp"
 #include "input_rows.hpp"
@@ -33,6 +36,22 @@ std::byte* allocate_pool(std::size_t bytes) {
   if (memory != nullptr) madvise(memory, rounded, MADV_HUGEPAGE);
 #endif
   return memory;
+}
+
+// Copies into pool memory past the caches: an imported page is written whole and read later,
+// and ordinary stores into cold memory first read each line they write.
+void stream_copy(std::byte* to, const std::byte* from, std::size_t bytes) {
+#if defined(__SSE2__)
+  std::size_t i = 0;
+  if (reinterpret_cast<std::uintptr_t>(to) % 16 == 0)
+    for (; i + 64 <= bytes; i += 64)
+      for (std::size_t j = 0; j < 64; j += 16)
+        _mm_stream_si128(reinterpret_cast<__m128i*>(to + i + j),
+                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i + j)));
+  std::copy_n(from + i, bytes - i, to + i);
+#else
+  std::copy_n(from, bytes, to);
+#endif
 }
 
 }  // namespace
@@ -113,9 +132,12 @@ void PagedStore::read_page(PageId page, std::span<std::byte> image) const {
 void PagedStore::write_page(PageId page, std::span<const std::byte> image) {
   const std::byte* in = image.data();
   for_each_tile(page, [&](std::byte* t, std::size_t bytes) {
-    std::copy_n(in, bytes, t);
+    stream_copy(t, in, bytes);
     in += bytes;
   });
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
 }
 
 void PagedStore::encode_groups(const Sequence& s, std::uint32_t layer, std::uint32_t head,
