@@ -23,6 +23,7 @@
 #include "redis_cluster.hpp"
 #include "redis_server.hpp"
 #include "test_registry.hpp"
+#include "tier_prompts.hpp"
 
 namespace kvcache {
 namespace {
@@ -32,32 +33,29 @@ using remote::MemorySpace;
 using remote::TierStats;
 using ::testing::HasSubstr;
 
-constexpr std::uint32_t kLayers = 2, kQ = 4, kKv = 2, kDim = 32, kPage = 16;
+using testing::kDim;
+using testing::kKv;
+using testing::kLayers;
+using testing::kPage;
+using testing::kQ;
+using testing::prompt;
+using testing::rows;
+using testing::write;
 
 std::shared_ptr<const Registry> registry() {
   return testing::test_registry();
 }
 
-// A Cache of a tiny model whose remote section starts with `transport` (its transport and
+// A Cache of the tiny model whose remote section starts with `transport` (its transport and
 // endpoints); `extra` adds to the section, `format` and `capacity` set the cache's.
 std::unique_ptr<Cache> open_with(const std::string& transport, const std::string& extra = "",
                                  const std::string& format = "fp16",
                                  const std::string& capacity = "1MiB",
                                  const std::string& backend = "cpu-tbb") {
-  const std::string yaml =
-      "model: {layers: 2, q_heads: 4, kv_heads: 2, head_dim: 32}\n"
-      "backend: [" +
-      backend +
-      "]\n"
-      "cache: {page_size: 16, capacity: " +
-      capacity +
-      "}\n"
-      "format: " +
-      format +
-      "\n"
-      "remote: {" +
-      transport + ", model: tiny@1" + extra + "}\n";
-  return Cache::open(parse_config(yaml, "<test>", {}), registry());
+  return Cache::open(parse_config(testing::tiny_config(transport + ", model: tiny@1" + extra,
+                                                       format, capacity, backend),
+                                  "<test>", {}),
+                     registry());
 }
 
 // The same, sharing the memory space `space`.
@@ -67,40 +65,6 @@ std::unique_ptr<Cache> open(const std::string& space, const std::string& extra =
                             const std::string& backend = "cpu-tbb") {
   return open_with("transport: memory, endpoints: [" + space + "]", extra, format, capacity,
                    backend);
-}
-
-// K and V rows that depend only on (token, position, layer, head): equal prompts give equal K/V,
-// as in a real model.
-std::vector<float> rows(std::span<const std::int32_t> tokens, Position first, std::uint32_t layer,
-                        bool value) {
-  std::vector<float> out;
-  for (std::size_t t = 0; t < tokens.size(); ++t)
-    for (std::uint32_t h = 0; h < kKv; ++h) {
-      std::mt19937 rng(static_cast<std::uint32_t>(tokens[t] * 7919 + (first + t) * 131 +
-                                                  layer * 17 + h * 3 + (value ? 1 : 0)));
-      std::normal_distribution<float> normal;
-      for (std::uint32_t d = 0; d < kDim; ++d) out.push_back(normal(rng));
-    }
-  return out;
-}
-
-void write(Cache& cache, SeqId id, std::span<const std::int32_t> tokens, Position first) {
-  auto step = cache.begin_step(id, static_cast<std::uint32_t>(tokens.size()));
-  const auto n = static_cast<std::int64_t>(tokens.size());
-  for (std::uint32_t layer = 0; layer < kLayers; ++layer) {
-    const std::vector<float> k = rows(tokens, first, layer, false),
-                             v = rows(tokens, first, layer, true);
-    step.append(layer, Tensor::host(k.data(), {n, kKv, kDim}),
-                Tensor::host(v.data(), {n, kKv, kDim}));
-  }
-  (void)step.finish();
-}
-
-std::vector<std::int32_t> prompt(std::size_t n, std::int32_t seed = 1) {
-  std::vector<std::int32_t> ids(n);
-  for (std::size_t i = 0; i < n; ++i)
-    ids[i] = static_cast<std::int32_t>((seed * 1000 + i * 37) % 49152);
-  return ids;
 }
 
 // Writes `ids` into a new sequence of `cache`, publishes it and waits for the writes.
