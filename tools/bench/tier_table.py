@@ -5,6 +5,9 @@ Starts a redis-server and a memcached of its own on free loopback ports and, per
 format, runs `kvcache bench tier` (writes, lookups of 16/128/1,024 pages, pulls, pulling against
 recomputing); beside it, `redis-benchmark` GET of the same value size on one connection,
 pipelined 16 deep (as the transport reads), and raw loopback TCP. Prints a Markdown table.
+This host's neighbours move any one figure by up to 2x, so each row takes `--rounds` turns of the
+bench and redis-benchmark back to back (the store emptied before each) and gives medians, with
+pull / GET as the median of the rounds' ratios and their range.
 
     tools/bench/tier_table.py build/bin/kvcache --pages 1024 --formats fp16,int8-per-token,int4-group
 """
@@ -73,11 +76,24 @@ def redis_get_gbps(port, value_bytes):
     return float(rates[-1]) * value_bytes / 1e9 if rates else float("nan")
 
 
+def flush(transport, port):
+    """Empties the server, so that each round writes every page again."""
+    with socket.create_connection(("127.0.0.1", port)) as c:
+        c.sendall(b"FLUSHALL\r\n" if transport == "resp" else b"flush_all\r\n")
+        c.recv(64)
+
+
+def median(values):
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("kvcache", help="the kvcache tool")
     parser.add_argument("--pages", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3, help="of the bench and GET, per row")
     parser.add_argument("--formats", default="fp16,int8-per-token,int4-group")
     parser.add_argument("--transports", default="resp,memcached")
     parser.add_argument("--model", default="smollm2-135m", help="a model preset")
@@ -112,18 +128,27 @@ def main():
                             f"format: {fmt}\n"
                             f"remote: {{transport: {transport}, endpoints: "
                             f"['127.0.0.1:{endpoints[transport]}'], model: bench@1}}\n")
-                out = subprocess.run([args.kvcache, "--config", config, "bench", "tier",
-                                      "--pages", str(args.pages), "--repeats", str(args.repeats),
-                                      "--json"], check=True, capture_output=True, text=True).stdout
-                r = json.loads(out)
-                value = r["write"]["value_bytes"]
+                runs, gets = [], []
+                for _ in range(args.rounds):
+                    flush(transport, endpoints[transport])
+                    out = subprocess.run([args.kvcache, "--config", config, "bench", "tier",
+                                          "--pages", str(args.pages), "--repeats",
+                                          str(args.repeats), "--json"],
+                                         check=True, capture_output=True, text=True).stdout
+                    runs.append(json.loads(out))
+                    value = runs[-1]["write"]["value_bytes"]
+                    gets.append(redis_get_gbps(endpoints["resp"], value)
+                                if "resp" in endpoints else float("nan"))
+                r = runs[len(runs) // 2]  # for the figures not taken as medians
                 lookups = " / ".join(f"{l['p50_us']:.0f} ({l['p99_us']:.0f})" for l in r["lookups"])
-                pull = r["lengths"][-1]["pull_gbps"]
-                get = redis_get_gbps(endpoints["resp"], value) if "resp" in endpoints else float("nan")
+                pulls = [run["lengths"][-1]["pull_gbps"] for run in runs]
+                ratios = [p / g for p, g in zip(pulls, gets)]
                 dead = r["dead_store"]
                 until = ", ".join(f"{us:.0f}" for us in dead["until_open_us"])
-                print(f"| {transport} | {fmt} | {value} | {r['write']['gbps']:.2f} | {lookups} | "
-                      f"{pull:.2f} | {get:.2f} | {pull / get:.2f} | "
+                write = median([run["write"]["gbps"] for run in runs])
+                print(f"| {transport} | {fmt} | {value} | {write:.2f} | {lookups} | "
+                      f"{median(pulls):.2f} | {median(gets):.2f} | {median(ratios):.2f} "
+                      f"({min(ratios):.2f}-{max(ratios):.2f}) | "
                       f"{r['break_even_pages']} page(s) | {until} / {dead['after_p50_us']:.0f} |")
     finally:
         for s in servers:
