@@ -42,7 +42,7 @@ PagedStore& cpu_store(CacheStore& base) {
 }
 
 CpuPlan make_plan(const PagedStore& store, paging::AttentionPlan slots, bool prefill,
-                  bool accumulate_scores, float scale) {
+                  bool accumulate_scores, float scale, bool batch_invariant) {
   const ModelShape& model = store.spec().model;
   CpuPlan plan;
   plan.store = &store;
@@ -52,7 +52,7 @@ CpuPlan make_plan(const PagedStore& store, paging::AttentionPlan slots, bool pre
   plan.schedule =
       schedule_work(slots, {model.kv_heads * plan.heads.parts, plan.heads.width, model.head_dim,
                             static_cast<std::uint64_t>(tbb::this_task_arena::max_concurrency()),
-                            prefill && !accumulate_scores});
+                            prefill && !accumulate_scores, batch_invariant});
   plan.slots = std::move(slots);
   return plan;
 }
@@ -87,17 +87,18 @@ void CpuAttention::prefill(CacheStore& base, const AttentionRequest& request) {
 void CpuAttention::attend(CacheStore& base, const AttentionRequest& request, bool prefill) {
   PagedStore& store = cpu_store(base);
   const auto lock = store.lock_shared();
-  const CpuPlan plan = make_plan(store, paging::plan_attention(store.book(), request, prefill),
-                                 prefill, request.accumulate_scores, request.scale);
+  const CpuPlan plan =
+      make_plan(store, paging::plan_attention(store.book(), request, prefill), prefill,
+                request.accumulate_scores, request.scale, batch_invariant_);
   run_layer(store, plan, request.layer, *request.q, *request.out);
 }
 
 std::unique_ptr<StepPlan> CpuAttention::plan(CacheStore& base, const StepRequest& request) {
   PagedStore& store = cpu_store(base);
   const auto lock = store.lock_shared();
-  return std::make_unique<CpuPlan>(make_plan(store, paging::plan_step(store.book(), request),
-                                             !request.query_counts.empty(),
-                                             request.accumulate_scores, request.scale));
+  return std::make_unique<CpuPlan>(
+      make_plan(store, paging::plan_step(store.book(), request), !request.query_counts.empty(),
+                request.accumulate_scores, request.scale, batch_invariant_));
 }
 
 void CpuAttention::run(CacheStore& base, const StepPlan& step, std::uint32_t layer,

@@ -9,6 +9,11 @@ namespace kvcache::cpu {
 
 class CpuAttention final : public Attention {
  public:
+  // Batch-invariant: a query's output depends only on the query and the keys it sees, bit for
+  // bit, whether it comes alone, in a batch, from any number of threads or as a row of a prefill
+  // (so a chunked prefill gives what decoding token by token gives). Its keys are split at fixed
+  // counts of slots and never share a query tile: prefill reads keys once per query.
+  explicit CpuAttention(bool batch_invariant = false) : batch_invariant_(batch_invariant) {}
   void decode(CacheStore& store, const AttentionRequest& request) override;
   void prefill(CacheStore& store, const AttentionRequest& request) override;
   // A step: the slots and the work schedule once, every layer on them.
@@ -18,6 +23,8 @@ class CpuAttention final : public Attention {
 
  private:
   void attend(CacheStore& store, const AttentionRequest& request, bool prefill);
+
+  bool batch_invariant_;
 };
 
 }  // namespace kvcache::cpu

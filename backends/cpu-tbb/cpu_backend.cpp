@@ -27,8 +27,9 @@ std::string cpu_model() {
 }  // namespace
 
 CpuBackend::CpuBackend(const sdk::Options& options) {
-  options.only({"threads"});
+  options.only({"threads", "batch_invariant"});
   threads_ = options.get<std::uint32_t>("threads", 0);
+  batch_invariant_ = options.get<bool>("batch_invariant", false);
   if (threads_ != 0) limit_.emplace(tbb::global_control::max_allowed_parallelism, threads_);
 }
 
@@ -53,7 +54,7 @@ std::unique_ptr<CacheStore> CpuBackend::create_store(const StoreSpec& spec) {
 namespace kvcache::cpu {
 
 std::unique_ptr<Attention> CpuBackend::create_attention() {
-  return std::make_unique<CpuAttention>();
+  return std::make_unique<CpuAttention>(batch_invariant_);
 }
 
 }  // namespace kvcache::cpu

@@ -16,7 +16,7 @@ class CpuBackend final : public Backend {
   // Options: {threads: N}, the most threads its parallel work runs on (0 or absent: all). The
   // limit is a tbb::global_control held while the backend lives, so it is process-wide (the
   // smallest of several applies): its stores and attention run their loops in the caller's
-  // arena, which the backend does not own.
+  // arena, which the backend does not own. {batch_invariant: true}: see CpuAttention.
   explicit CpuBackend(const sdk::Options& options);
   std::vector<DeviceInfo> devices() const override;
   std::unique_ptr<CacheStore> create_store(const StoreSpec& spec) override;
@@ -24,6 +24,7 @@ class CpuBackend final : public Backend {
 
  private:
   std::uint32_t threads_ = 0;  // 0: no limit of its own
+  bool batch_invariant_ = false;
   std::optional<tbb::global_control> limit_;
 };
 

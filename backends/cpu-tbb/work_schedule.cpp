@@ -19,7 +19,7 @@ WorkSchedule schedule_work(const paging::AttentionPlan& plan, const ScheduleShap
                                                            : (16 * shape.threads + pairs - 1) /
                                                                  std::max<std::uint64_t>(pairs, 1);
   // Prefill queries in tiles of up to kMaxGroup query heads per KV head.
-  w.max_width = shape.tiles && group <= kMaxGroup / 2 ? kMaxGroup / group : 1;
+  w.max_width = shape.tiles && !shape.invariant && group <= kMaxGroup / 2 ? kMaxGroup / group : 1;
   const QueryTiles tiled = tile_queries(plan, w.max_width);
   w.items.reserve(pairs * splits);
   w.segments.reserve(pairs * splits);
@@ -28,7 +28,9 @@ WorkSchedule schedule_work(const paging::AttentionPlan& plan, const ScheduleShap
     std::uint64_t total = 0;
     for (const Segment& s : slots) total += s.end - s.begin;
     w.work += total * width;
-    const std::uint64_t chunk = std::max<std::uint64_t>(512, (total + splits - 1) / splits);
+    const std::uint64_t chunk = shape.invariant
+                                    ? kInvariantChunk
+                                    : std::max<std::uint64_t>(512, (total + splits - 1) / splits);
     std::size_t first = w.segments.size();
     std::uint64_t taken = 0;
     const auto close = [&] {

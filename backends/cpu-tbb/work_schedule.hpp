@@ -44,7 +44,12 @@ struct ScheduleShape {
   std::uint32_t kv_heads, group, dim;
   std::uint64_t threads;
   bool tiles;  // prefill queries may go in tiles (not when scores are accumulated)
+  // Each query alone, its slots split every kInvariantChunk: the schedule, and so the order of
+  // every sum, then depends on the query's own slots only (CpuAttention's batch_invariant).
+  bool invariant = false;
 };
+
+inline constexpr std::uint64_t kInvariantChunk = 1024;
 
 WorkSchedule schedule_work(const paging::AttentionPlan& plan, const ScheduleShape& shape);
 

@@ -55,29 +55,32 @@ def test_decode_through_fp32_equals_a_dense_recompute(smollm2):
     assert gap <= 1e-4
 
 
-# Chunked prefill against token-by-token decode. cpu-tbb's decode and prefill kernels sum in
-# different orders (their outputs differ by about 6e-7 on one layer, both within 1e-6 of the
-# reference), and 30 layers carry that to about 5e-5 on the logits in fp32. A quantized format
-# turns such last-bit differences into different codes for the next layers' K/V, so there the
-# gap is the format's rounding, not the kernels': it is reported, and the greedy choices must
-# still agree.
+# Chunked prefill against token-by-token decode. With cpu-tbb's batch_invariant attention, a
+# query's sums go in an order of its own whatever the batch or the chunk (docs/backends/cpu-tbb.md),
+# and the model's projections run row by row (rowwise), so every format whose codes a token owns
+# alone gives the same logits bit for bit. kivi-k groups tokens: until its group fills, decode
+# reads a token's fp16 residual, a chunk that fills the group reads its codes; its gap is the
+# format's rounding, reported with the greedy agreement. Without the option, prefill goes in
+# query tiles and decode splits keys by the threads: fp32 differs by about 6e-7 a layer, 5e-5 on
+# the logits after 30 layers, and a quantized format turns such last bits into other codes.
 @pytest.mark.parametrize("fmt", ["fp32", "fp16", "bf16", "fp8-e4m3", "int8-per-token",
                                  "int4-group", "kivi-k"])
 def test_chunked_prefill_against_decode(smollm2, fmt):
     model, tok = smollm2
     ids = tok.encode(TEXT).ids[:48]
     spec = {"name": fmt, "group": 16} if fmt == "kivi-k" else fmt  # a group within a page
-    cache = new_cache(model, format={"k": spec, "v": spec})
+    cache = new_cache(model, format={"k": spec, "v": spec},
+                      backend=[{"name": "cpu-tbb", "batch_invariant": True}])
     _, one_by_one = decode_each(model, cache, ids)
     _, chunked = prefill_chunks(model, cache, ids, 16)
     gap = np.abs(one_by_one - chunked).max()
     agree = np.mean(one_by_one.argmax(axis=1) == chunked.argmax(axis=1))
     print(f"{fmt}: chunked prefill vs token-by-token decode: max |logit gap| {gap:.2e}, "
           f"greedy agreement {agree:.3f}")
-    if fmt == "fp32":
-        assert gap <= 1e-4
-    if fmt in ("fp16", "bf16", "fp8-e4m3", "int8-per-token"):  # 4 bits and kivi-k: reported
-        assert agree >= 0.9
+    if fmt == "kivi-k":
+        assert agree >= 0.7
+    else:
+        assert gap <= 1e-5
 
 
 def test_a_batch_equals_its_sequences_alone(smollm2):
