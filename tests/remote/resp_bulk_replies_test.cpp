@@ -100,54 +100,41 @@ TEST(BulkReplies, EverySplitOfTheBytesGivesTheSameReplies) {
   }
 }
 
+// The next reply is Error(unavailable) whose message holds `words`.
+void expect_error(BulkReplies& replies, const std::string& words, const std::string& wire) {
+  try {
+    replies.next();
+    ADD_FAILURE() << "accepted " << wire;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::unavailable) << wire;
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
+}
+
 TEST(BulkReplies, RefusesWhatAGetDoesNotAnswer) {
   for (const std::string wire : {"+OK\r\n", ":1\r\n", "*2\r\n", "$abc\r\n", "$-2\r\n", "$12x\r\n",
                                  "$99999999999999\r\n", "$3\r\nabcd\r\n", "\r\n"}) {
     SocketPair pair;
-    std::thread writer = pair.write(wire, 64, 1);
-    writer.join();
+    pair.write(wire, 64, 1).join();
     BulkReplies replies(pair.reader());
-    try {
-      replies.next();
-      ADD_FAILURE() << "accepted " << wire;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), Code::unavailable) << wire;
-      EXPECT_NE(std::string(e.what()).find("protocol error"), std::string::npos) << e.what();
-    }
+    expect_error(replies, "protocol error", wire);
   }
 }
 
 TEST(BulkReplies, AServerThatClosesOrFallsSilentIsAnErrorNotAShortValue) {
+  const std::string half = "$10\r\nhalf";
   {
     SocketPair pair;
-    pair.write("$10\r\nhalf", 64, 1).join();
+    pair.write(half, 64, 1).join();
     pair.close_writer();
     BulkReplies replies(pair.reader());
-    EXPECT_THROW(
-        {
-          try {
-            replies.next();
-          } catch (const Error& e) {
-            EXPECT_NE(std::string(e.what()).find("closed"), std::string::npos) << e.what();
-            throw;
-          }
-        },
-        Error);
+    expect_error(replies, "closed", half);
   }
   {
     SocketPair pair;  // a receive timeout of 200 ms
-    pair.write("$10\r\nhalf", 64, 1).join();
+    pair.write(half, 64, 1).join();
     BulkReplies replies(pair.reader());
-    EXPECT_THROW(
-        {
-          try {
-            replies.next();
-          } catch (const Error& e) {
-            EXPECT_NE(std::string(e.what()).find("timed out"), std::string::npos) << e.what();
-            throw;
-          }
-        },
-        Error);
+    expect_error(replies, "timed out", half);
   }
 }
 
