@@ -1,6 +1,7 @@
 // One connection to a Redis server (RESP over TCP, through hiredis), made when first used and
-// made again after any I/O error: commands are pipelined (all sent, then all replies read), each
-// call bounded by the timeouts. Not thread-safe: the transport holds its lock around it.
+// made again after any I/O error: commands are pipelined (all sent, then all replies read; GETs
+// in groups, see pipeline_bulk), each call bounded by the timeouts. Not thread-safe: the
+// transport holds its lock around it.
 #pragma once
 
 #include <chrono>

@@ -115,9 +115,10 @@ std::vector<std::optional<remote::Value>> RespTransport::get(std::span<const std
   return values;
 }
 
-// Straight from hiredis's replies: no copy of the transport's own. From one server, each value
-// as it is read (the host verifies and imports it while the next arrives); an error reply fails
-// the call after the rest are read, so the connection stays in step.
+// No copy of the transport's own. From one server, each value straight off the socket as it is
+// read (the host verifies and imports it while the next arrives; an error reply fails the call
+// after the rest are read, so the connection stays in step); from a cluster, from hiredis's
+// replies once every node has answered.
 void RespTransport::get_each(std::span<const std::string> keys, const ValueSink& sink) {
   if (cluster_) {
     const std::vector<Reply> replies = each("GET", keys);

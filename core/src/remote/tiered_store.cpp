@@ -201,8 +201,13 @@ void TieredStore::pull(std::span<const std::int32_t> token_ids, std::uint64_t fr
     // room, and the values after it are only read past. A value ahead of its turn (a transport
     // over several servers answers in their order) waits, copied, until the run reaches it.
     const std::uint64_t first = next;
-    std::optional<std::string> wrong;  // the key of a value that failed verification
-    std::exception_ptr local;          // what the local store threw: not the transport's fault
+    // A value that failed verification: told and removed after the call, not from inside it.
+    struct Wrong {
+      std::string key, problem;
+      std::uint64_t page;
+    };
+    std::optional<Wrong> wrong;
+    std::exception_ptr local;  // what the local store threw: not the transport's fault
     bool stopped = false;
     std::map<std::size_t, Value> early;
     const auto accept = [&](std::span<const std::byte> value) {
@@ -210,10 +215,8 @@ void TieredStore::pull(std::span<const std::int32_t> token_ids, std::uint64_t fr
       st.bytes_read += value.size();
       const Checked checked = check_page(value, st.page(digests, next, token_ids), st.image_bytes);
       if (!checked.ok()) {
-        spdlog::warn("shared tier: {} holds a wrong value for page {} ({}): {}; it is removed",
-                     remote_->describe(), next, keys[j], checked.problem);
         ++st.corrupt;
-        wrong = keys[j];
+        wrong = Wrong{keys[j], checked.problem, next};
         return false;
       }
       try {
@@ -260,8 +263,10 @@ void TieredStore::pull(std::span<const std::int32_t> token_ids, std::uint64_t fr
     if (local) std::rethrow_exception(local);
     if (next - first < keys.size()) more = false;  // stopped, or the get came back short
     if (wrong) {
+      spdlog::warn("shared tier: {} holds a wrong value for page {} ({}): {}; it is removed",
+                   remote_->describe(), wrong->page, wrong->key, wrong->problem);
       try {
-        remote_->remove(std::span<const std::string>(&*wrong, 1));
+        remote_->remove(std::span<const std::string>(&wrong->key, 1));
       } catch (const std::exception&) {
         ++st.failures;
       }

@@ -28,7 +28,8 @@ class ByteStore {
   // reads through (it verifies and imports each page from the transport's buffer) and what a
   // plugin's get goes through. By default through get(); a transport whose client holds the bytes
   // already hands them over without a copy of its own, and one that reads them in turn may hand
-  // each over as it arrives. What the sink throws ends the call and goes on to the caller.
+  // each over as it arrives. What the sink throws ends the call and goes on to the caller; the
+  // sink must not call the transport (it may hold its lock).
   using ValueSink = std::function<void(std::size_t index, std::span<const std::byte> bytes)>;
   virtual void get_each(std::span<const std::string> keys, const ValueSink& sink) {
     const std::vector<std::optional<Value>> values = get(keys);
