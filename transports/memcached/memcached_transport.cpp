@@ -76,11 +76,7 @@ std::vector<bool> MemcachedTransport::probe(std::span<const std::string> keys) {
 
 std::vector<std::optional<remote::Value>> MemcachedTransport::get(
     std::span<const std::string> keys) {
-  std::vector<std::optional<remote::Value>> values(keys.size());
-  get_each(keys, [&](std::size_t i, std::span<const std::byte> v) {
-    values[i] = remote::Value(v.begin(), v.end());
-  });
-  return values;
+  return get_through_each(keys);
 }
 
 // Straight from libmemcached's results: no copy of the transport's own.

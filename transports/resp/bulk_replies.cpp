@@ -18,19 +18,22 @@ namespace {
 
 }  // namespace
 
+std::size_t BulkReplies::read_some(std::byte* to, std::size_t most) {
+  for (;;) {
+    const ssize_t got = ::read(fd_, to, most);
+    if (got > 0) return static_cast<std::size_t>(got);
+    if (got == 0) throw Error(Code::unavailable, "the server closed the connection");
+    if (errno == EAGAIN || errno == EWOULDBLOCK) throw Error(Code::unavailable, "timed out");
+    if (errno != EINTR)
+      throw Error(Code::unavailable, std::string("cannot read: ") + std::strerror(errno));
+  }
+}
+
 void BulkReplies::read_into(std::byte* to, std::size_t bytes) {
   while (bytes > 0) {
-    const ssize_t got = ::read(fd_, to, bytes);
-    if (got > 0) {
-      to += got;
-      bytes -= static_cast<std::size_t>(got);
-    } else if (got == 0) {
-      throw Error(Code::unavailable, "the server closed the connection");
-    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      throw Error(Code::unavailable, "timed out");
-    } else if (errno != EINTR) {
-      throw Error(Code::unavailable, std::string("cannot read: ") + std::strerror(errno));
-    }
+    const std::size_t got = read_some(to, bytes);
+    to += got;
+    bytes -= got;
   }
 }
 
@@ -44,17 +47,7 @@ void BulkReplies::fill() {
     begin_ = 0;
   }
   // One read of what has arrived (at least a byte): header lines are short, values come after.
-  for (;;) {
-    const ssize_t got = ::read(fd_, stage_.data() + end_, stage_.size() - end_);
-    if (got > 0) {
-      end_ += static_cast<std::size_t>(got);
-      return;
-    }
-    if (got == 0) throw Error(Code::unavailable, "the server closed the connection");
-    if (errno == EAGAIN || errno == EWOULDBLOCK) throw Error(Code::unavailable, "timed out");
-    if (errno != EINTR)
-      throw Error(Code::unavailable, std::string("cannot read: ") + std::strerror(errno));
-  }
+  end_ += read_some(stage_.data() + end_, stage_.size() - end_);
 }
 
 std::string BulkReplies::line() {

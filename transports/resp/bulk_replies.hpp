@@ -37,7 +37,9 @@ class BulkReplies {
  private:
   std::string line();  // a header line, without its CRLF
   void fill();         // reads into stage_ after what it holds
-  void read_into(std::byte* to, std::size_t bytes);
+  // At least a byte and at most `most` (what has arrived), or throws: closed, timed out, failed.
+  std::size_t read_some(std::byte* to, std::size_t most);
+  void read_into(std::byte* to, std::size_t bytes);  // exactly `bytes`
 
   int fd_;
   std::vector<std::byte> stage_ = std::vector<std::byte>(std::size_t{64} << 10);

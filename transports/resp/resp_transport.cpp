@@ -108,11 +108,7 @@ std::vector<bool> RespTransport::probe(std::span<const std::string> keys) {
 }
 
 std::vector<std::optional<remote::Value>> RespTransport::get(std::span<const std::string> keys) {
-  std::vector<std::optional<remote::Value>> values(keys.size());
-  get_each(keys, [&](std::size_t i, std::span<const std::byte> v) {
-    values[i] = remote::Value(v.begin(), v.end());
-  });
-  return values;
+  return get_through_each(keys);
 }
 
 // No copy of the transport's own. From one server, each value straight off the socket as it is

@@ -20,11 +20,7 @@ class HostTransport final : public remote::ByteStore {
     return {held.begin(), held.end()};
   }
   std::vector<std::optional<remote::Value>> get(std::span<const std::string> keys) override {
-    std::vector<std::optional<remote::Value>> values(keys.size());
-    get_each(keys, [&](std::size_t i, std::span<const std::byte> v) {
-      values[i] = remote::Value(v.begin(), v.end());
-    });
-    return values;
+    return get_through_each(keys);
   }
   void get_each(std::span<const std::string> keys, const ValueSink& sink) override {
     const std::vector<const char*> k = pointers(keys);

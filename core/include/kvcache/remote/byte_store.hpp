@@ -44,6 +44,16 @@ class ByteStore {
   virtual void remove(std::span<const std::string> keys) = 0;
   // "memory 'shared'", "resp 127.0.0.1:6379": for logs and errors.
   virtual std::string describe() const = 0;
+
+ protected:
+  // get() through get_each(), each value copied: for a transport whose get_each is its read.
+  std::vector<std::optional<Value>> get_through_each(std::span<const std::string> keys) {
+    std::vector<std::optional<Value>> values(keys.size());
+    get_each(keys, [&](std::size_t i, std::span<const std::byte> v) {
+      if (i < values.size()) values[i] = Value(v.begin(), v.end());
+    });
+    return values;
+  }
 };
 
 }  // namespace kvcache::remote
