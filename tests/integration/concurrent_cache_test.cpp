@@ -221,7 +221,9 @@ TEST(ConcurrentCache, ManyThreadsStepForkReleaseAndShareAPrefixWhileEvictionRuns
 
 // cpu-tbb lets appends share the store's lock (different sequences at once); two that overlap on
 // one sequence would race on its slots, so the later is refused, loudly, while the first writes.
-// One-row appends race a long one, round after round, until one of them has been refused.
+// One-row appends race a long one, round after round, until one of them has been refused. The
+// one-row appends start only once the long one is about to: on a loaded machine a thread that
+// started earlier could use up its rows before the long append began (no overlap, and no test).
 TEST(ConcurrentStore, OverlappingAppendsToOneSequenceAreRefused) {
   const Config config = parse_config(
       "model: {layers: 1, q_heads: 4, kv_heads: 4, head_dim: 64}\ncache: {capacity: 64MiB}\n",
@@ -234,16 +236,17 @@ TEST(ConcurrentStore, OverlappingAppendsToOneSequenceAreRefused) {
   const SeqId id = store->create_sequence();
   const std::vector<SeqId> ids{id};
   constexpr std::uint32_t kLong = 16384, kShortMost = 4096;
+  constexpr int kRounds = 200;  // a round is a few milliseconds; most runs need one
   const std::vector<float> rows(std::size_t{kLong} * 4 * 64, 0.5f);
   const Tensor long_rows = Tensor::host(rows.data(), {kLong, 4, 64});
   const Tensor one_row = Tensor::host(rows.data(), {1, 4, 64});
-  int refused = 0;
-  for (int round = 0; round < 10 && refused == 0; ++round) {
+  int refused = 0, rounds = 0;
+  for (; rounds < kRounds && refused == 0; ++rounds) {
     store->reserve(ids, std::vector<std::uint32_t>{kLong + kShortMost});
-    std::atomic<bool> ready = false, done = false;
+    std::atomic<bool> go = false, done = false;
     std::uint64_t short_appends = 0;
     std::thread other([&] {
-      ready = true;
+      while (!go) std::this_thread::yield();
       while (!done && short_appends < kShortMost) {
         try {
           store->append(0, ids, std::vector<std::uint32_t>{1}, one_row, one_row);
@@ -256,7 +259,7 @@ TEST(ConcurrentStore, OverlappingAppendsToOneSequenceAreRefused) {
         }
       }
     });
-    while (!ready) std::this_thread::yield();
+    go = true;
     for (;;) {  // the long append, retried while a short one holds the sequence
       try {
         store->append(0, ids, std::vector<std::uint32_t>{kLong}, long_rows, long_rows);
@@ -270,7 +273,7 @@ TEST(ConcurrentStore, OverlappingAppendsToOneSequenceAreRefused) {
         << "every append that was not refused wrote its rows, and only those";
     store->unreserve(id, store->length(id));
   }
-  EXPECT_GT(refused, 0) << "no one-row append overlapped a long one in 10 rounds";
+  EXPECT_GT(refused, 0) << "no one-row append overlapped a long one in " << rounds << " rounds";
 }
 
 }  // namespace
