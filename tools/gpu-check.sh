@@ -9,6 +9,7 @@
 #   SANITIZE=1 tools/gpu-check.sh         # also run a slice of the suites under compute-sanitizer
 #   PROFILE=1 tools/gpu-check.sh          # also profile the attention kernel with Nsight Compute
 #   STAGES=1 tools/gpu-check.sh           # also time the staged kernel at 2, 3 and 4 buffers a warp
+#   GQA=1 tools/gpu-check.sh              # also time cpu-tbb's GQA groups 3-8 on this host's CPU
 #
 # Prints the device, the conformance result (the suite must run on cuda, not skip) and a table of
 # decode attention for Llama-3-8B shapes: GB/s of KV read as a fraction of the device's bandwidth
@@ -137,6 +138,21 @@ step "main job on cuda (kvcache bench, embedded default config)"
 if ! "$build/bin/kvcache" bench 2>&1 | tail -12; then
   echo "main job FAILED"
   status=1
+fi
+
+if [[ -n ${GQA:-} ]]; then
+  # Issue 25's group target measured where the CPU has more arithmetic than the 2-core AVX2 build
+  # host (docs/performance.md, "GQA groups on cpu-tbb's passes"): same KV bytes, group g of 2 KV heads.
+  step "cpu-tbb decode GB/s by GQA group on this host's CPU ($(grep -c ^processor /proc/cpuinfo) threads, $(grep -o -m1 -w avx512f /proc/cpuinfo || echo 'no avx512f'))"
+  for f in fp16 int8-per-token; do
+    for g in 4 3 5 6 7 8; do
+      line=$("$build/bin/kvcache" bench attention --backend cpu-tbb --format "$f" --q-heads $((2 * g)) \
+        --kv-heads 2 --head-dim 128 --tokens 32768 --batch 2 --min-seconds 0.4 --json 2>&1) || line='{}'
+      echo "$line" >>"$results"
+      echo "$line" | python3 -c 'import json,sys; r=json.load(sys.stdin); print("%-16s group %d  %6.1f GB/s" % (r["k_format"], r["q_heads"] // r["kv_heads"], r["gbps"]))' ||
+        echo "$f group $g FAILED: $line"
+    done
+  done
 fi
 
 if [[ -n ${SANITIZE:-} ]]; then
