@@ -173,6 +173,28 @@ def test_the_accuracy_experiment_in_small(smollm2):
     assert rows["int4-group 32"]["bytes_per_token"] < rows["int8-per-token"]["bytes_per_token"]
 
 
+def test_the_streaming_control_scores_every_later_copy_alike(smollm2):
+    """python -m kvcache.eval --streaming --text repeat, in small: one passage of 128 tokens three
+    times, 4 sinks + a window of 28 at positions within the cache. The second and third copies
+    see the same inputs (the sinks, the window and, through the layers, the previous copy's
+    tail) at the same cache positions, so their buckets score alike (only the rotations' rounding
+    differs) although the third sits 128 positions farther; memory stays constant."""
+    from kvcache.eval import streaming
+    from kvcache.models.fetch import ModelUnavailable
+    name = "4 sinks + 28, cache positions"
+    try:
+        (row,) = streaming.run(3 * 128, 128, 4, 32, 32, 32, None, only={name}, text="repeat")
+    except ModelUnavailable as e:
+        pytest.skip(f"the text is not available here: {e}")
+    buckets = row["bucket_perplexity"]
+    assert len(buckets) == 12
+    assert buckets[8:] == pytest.approx(buckets[4:8], rel=1e-3)
+    assert buckets[4:8] != pytest.approx(buckets[:4], rel=1e-3)  # the first copy started cold
+    assert row["peak_pages"] <= 6  # the window and a step's 32 new tokens, of 24 pages streamed
+    low, high = row["same_bucket_vs_first_span_pct"]
+    assert low < high
+
+
 def test_kvcache_evaluate_ranks_the_models_own_kv(smollm2, tmp_path):
     """K/V dumped from the model (one layer, 256 tokens) through `kvcache evaluate`: it reads
     them and ranks fp16 first and int4-group last among the formats both rank."""

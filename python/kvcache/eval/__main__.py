@@ -31,12 +31,16 @@ def main():
                         help="streaming: the trained context (spans, and the dense line's end)")
     parser.add_argument("--sinks", type=int, default=4, help="streaming: sinks")
     parser.add_argument("--bucket", type=int, default=1024, help="streaming: tokens per bucket")
+    parser.add_argument("--text", choices=("books", "repeat"), default="books",
+                        help="streaming: four books joined, or one passage of --context tokens "
+                             "repeated (the control that holds the text still)")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
     if args.streaming:
         print(streaming.HEADER)
         streaming.run(args.tokens, args.context, args.sinks, args.window, args.prefill,
-                      args.bucket, args.json, args.rows.split(";") if args.rows else None)
+                      args.bucket, args.json, args.rows.split(";") if args.rows else None,
+                      args.text)
         return
     if args.masks:
         print(masks.HEADER)

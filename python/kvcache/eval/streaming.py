@@ -7,7 +7,14 @@ every token scored by the log-probability of the next, and grouped in buckets of
 Every row but the last keeps memory constant (streaming eviction drops what its mask hides):
 a window without sinks; 4 sinks + a window at the tokens' original positions; the same at
 positions within the cache (StreamingLLM's); that with int8 and with int4 K/V; and dense causal
-attention up to the trained context, the reference line."""
+attention up to the trained context, the reference line.
+
+With --text repeat the stream is instead one passage of --context tokens (the start of *Pride and
+Prejudice*) repeated: the control that holds the text still, so that a change between spans is
+the positions' doing. From the second copy on, every copy sees the same inputs (the sinks, the
+window, and through the layers the previous copy's tail), so at positions within the cache they
+score alike; the first copy started cold, which shows in its first buckets. The same-bucket
+figure compares each bucket with the same bucket of the first copy, as the target reads."""
 
 import json
 import time
@@ -42,8 +49,12 @@ def rows_for(sinks, window):
     ]
 
 
-def stream_ids(tokenizer, tokens):
-    """The first tokens // len(BOOKS) tokens of each book, joined (one more for the last target)."""
+def stream_ids(tokenizer, tokens, text="books", context=8192):
+    """The first tokens // len(BOOKS) tokens of each book, joined (one more for the last target);
+    or, for text "repeat", the first `context` tokens of the first book, repeated."""
+    if text == "repeat":
+        passage = tokenizer.encode(austen.book(BOOKS[0])).ids[:context]
+        return (passage * (tokens // context + 2))[:tokens + 1]
     share = -(-(tokens + 1) // len(BOOKS))
     ids = []
     for name in BOOKS:
@@ -54,10 +65,17 @@ def stream_ids(tokenizer, tokens):
     return ids[:tokens + 1]
 
 
-def run(tokens, context, sinks, window, prefill, bucket, out_json, only=None):
+def same_bucket_change_pct(buckets, per_span):
+    """Each bucket's perplexity against the same bucket of the first span, in %: (most below,
+    most above)."""
+    changes = [100 * (v / buckets[i % per_span] - 1) for i, v in enumerate(buckets)]
+    return min(changes), max(changes)
+
+
+def run(tokens, context, sinks, window, prefill, bucket, out_json, only=None, text="books"):
     path = fetch.smollm2_gguf()
     model = llama.Model(gguf_llama.load(path))
-    ids = stream_ids(gguf_llama.tokenizer(path), tokens)
+    ids = stream_ids(gguf_llama.tokenizer(path), tokens, text, context)
     results = []
     for name, sections, limit in rows_for(sinks, window):
         if only and name not in only:
@@ -83,20 +101,27 @@ def run(tokens, context, sinks, window, prefill, bucket, out_json, only=None):
                "peak_pages": peak, "tokens_scored": int(len(nll)), "bucket_perplexity": buckets,
                "span_perplexity": spans,
                "worst_bucket_vs_first_span_pct": 100 * (max(buckets) / first - 1),
+               "same_bucket_vs_first_span_pct": same_bucket_change_pct(buckets, context // bucket),
                "seconds": time.perf_counter() - start}
         results.append(row)
+        low, high = row["same_bucket_vs_first_span_pct"]
         print(f"{name:<40} {row['perplexity']:>8.3f} {first:>8.3f} {spans[-1]:>8.3f} "
-              f"{row['worst_bucket_vs_first_span_pct']:>+8.1f} {peak:>6} "
-              f"{row['seconds']:>6.0f}", flush=True)
+              f"{row['worst_bucket_vs_first_span_pct']:>+8.1f} {low:>+7.1f} {high:>+7.1f} "
+              f"{peak:>6} {row['seconds']:>6.0f}", flush=True)
     if out_json:
         with open(out_json, "w") as f:
-            json.dump({"model": "SmolLM2-135M-Instruct.Q4_1", "text": " + ".join(BOOKS),
+            what = (f"the first {context} tokens of {BOOKS[0]}, repeated" if text == "repeat"
+                    else " + ".join(BOOKS))
+            json.dump({"model": "SmolLM2-135M-Instruct.Q4_1", "text": what,
                        "title": f"Perplexity per {bucket}-token bucket (log scale), one stream "
-                                f"of {tokens} tokens, {sinks} sinks + window {window - sinks}",
+                                f"of {tokens} tokens ({'one passage repeated' if text == 'repeat' else 'four books'}), "
+                                f"{sinks} sinks + window {window - sinks}",
                        "tokens": tokens, "context": context, "first_scored": 1,
                        "bucket": bucket, "rows": results}, f, indent=2)
     return results
 
 
-HEADER = (f"{'row':<40} {'ppl':>8} {'span 1':>8} {'last':>8} {'worst %':>8} {'pages':>6} "
-          f"{'s':>6}")
+# worst %: the worst bucket against the first span's perplexity; same-bucket % (low, high): each
+# bucket against the same bucket of the first span.
+HEADER = (f"{'row':<40} {'ppl':>8} {'span 1':>8} {'last':>8} {'worst %':>8} {'same-bucket %':>15} "
+          f"{'pages':>6} {'s':>6}")
