@@ -21,26 +21,6 @@ constexpr std::size_t prefetch_bytes(RowFormat kind) {
   return kind == RowFormat::int8 ? 16384 : 8192;
 }
 
-// The row kind in which a codec's rows can be read in place: BlockAttention reads fp16, bf16,
-// fp8, int8 and int4 (groups of 32, 64 or 128) rows in place where it can; everything else is
-// decoded into float32 rows first.
-RowFormat stored_kind(const SlotCodec& codec) {
-  switch (codec.spec().kind) {
-    case FormatKind::fp16:
-      return RowFormat::float16;
-    case FormatKind::bf16:
-      return RowFormat::bfloat16;
-    case FormatKind::fp8_e4m3:
-      return RowFormat::fp8;
-    case FormatKind::int8_per_token:
-      return RowFormat::int8;
-    case FormatKind::int4_group:
-      return int4_rows(codec.spec().group);
-    default:
-      return RowFormat::float32;
-  }
-}
-
 // What the layer keeps until it returns comes from one arena: decodes of a few tokens are
 // dominated by per-call costs, some thirty allocations among them. Its first buffer holds the
 // scaled queries, the items' softmax states and bookkeeping, up to 4 MiB (a large prefill's
@@ -94,8 +74,8 @@ LayerRun::LayerRun(PagedStore& store_, const paging::AttentionPlan& slots_, cons
   // Accumulated scores need the exact logits of the float path (the weights must match the
   // reference), so they keep it.
   for (std::uint32_t width = 1; width <= schedule.max_width; width *= 2)
-    kernels.emplace_back(group * width, dim, scores ? RowFormat::float32 : stored_kind(kc),
-                         stored_kind(vc));
+    kernels.emplace_back(group * width, dim, scores ? RowFormat::float32 : kc.row_kind(),
+                         vc.row_kind());
   if (integer_rows(kernels[0].keys())) {
     q8_.reserve(pairs + rotations_ * kv_heads);
     for (std::uint64_t pair = 0; pair < pairs; ++pair)
@@ -111,7 +91,7 @@ LayerRun::LayerRun(PagedStore& store_, const paging::AttentionPlan& slots_, cons
   // may differ in format).
   const std::size_t small_tile = std::min(kc.layout().tile_bytes, vc.layout().tile_bytes);
   const std::size_t distance =
-      std::max(prefetch_bytes(stored_kind(kc)), prefetch_bytes(stored_kind(vc)));
+      std::max(prefetch_bytes(kc.row_kind()), prefetch_bytes(vc.row_kind()));
   ahead_pages = std::max<std::size_t>(2, (distance + small_tile - 1) / small_tile);
 }
 

@@ -284,6 +284,26 @@ SlotCodec::SlotCodec(const StoreFormat& format, std::uint32_t head_dim, std::uin
       if (spec.group == 64) fast_decode_ = &decode_int4_avx512<64>;
       if (spec.group == 128) fast_decode_ = &decode_int4_avx512<128>;
     }
+  } else if (vector_isa() == VectorIsa::avx2) {
+    fast_encode_ = avx2::row_encoder(row_kind(), head_dim);
+  }
+}
+
+RowFormat SlotCodec::row_kind() const {
+  if (external_) return RowFormat::float32;
+  switch (spec_.kind) {
+    case FormatKind::fp16:
+      return RowFormat::float16;
+    case FormatKind::bf16:
+      return RowFormat::bfloat16;
+    case FormatKind::fp8_e4m3:
+      return RowFormat::fp8;
+    case FormatKind::int8_per_token:
+      return RowFormat::int8;
+    case FormatKind::int4_group:
+      return int4_rows(spec_.group);
+    default:
+      return RowFormat::float32;
   }
 }
 

@@ -1,7 +1,7 @@
 // One storage format's kernels on the CPU: encode a K or V row into a slot of a tile, decode it
-// back, move a slot. For built-in formats, fast paths (AVX-512, picked at run time) produce
-// exactly the reference's bytes and every other case runs the reference code itself; any other
-// format runs its component's own encode and tile decode.
+// back, move a slot. For built-in formats, fast paths (AVX-512 encoders and decoders, AVX2
+// encoders, picked at run time) produce exactly the reference's bytes and every other case runs
+// the reference code itself; any other format runs its component's own encode and tile decode.
 #pragma once
 
 #include <cstddef>
@@ -10,6 +10,8 @@
 #include <memory>
 
 #include "kvcache/formats.hpp"
+#include "row_encoders.hpp"
+#include "row_format.hpp"
 
 namespace kvcache::cpu {
 
@@ -18,6 +20,9 @@ class SlotCodec {
   SlotCodec(const StoreFormat& format, std::uint32_t head_dim, std::uint32_t page_size);
 
   const FormatSpec& spec() const { return spec_; }
+  // The kind in which the kernels read these rows in place: fp16, bf16, fp8, int8 and int4 (in
+  // groups of 32, 64 or 128); float32 for every other format (decoded into float32 rows first).
+  RowFormat row_kind() const;
   const StorageFormat& layout() const { return layout_; }
 
   // Per-slot formats only.
@@ -53,8 +58,6 @@ class SlotCodec {
     return tile + slot_meta_offset(spec_, layout_, head_dim_, slot);
   }
 
-  using EncodeFn = void (*)(const float* row, std::uint32_t head_dim, std::byte* codes,
-                            std::byte* meta);
   using DecodeFn = void (*)(const std::byte* codes, const std::byte* meta, std::uint32_t head_dim,
                             float* row);
   // rows[shape[0]][head_dim] as the float32 tensor a codec takes.
@@ -65,7 +68,7 @@ class SlotCodec {
   std::uint32_t head_dim_;
   std::uint32_t page_size_;
   std::shared_ptr<const Quantizer> external_;  // an external format's codec, else null
-  EncodeFn fast_encode_ = nullptr;             // null: the reference encoder
+  RowEncoder fast_encode_ = nullptr;           // null: the reference encoder
   bool fast_int4_ = false;          // int4-group's AVX-512 encoder (it takes the group size)
   DecodeFn fast_decode_ = nullptr;  // null: the reference decoder
 };
