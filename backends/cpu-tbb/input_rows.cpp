@@ -55,12 +55,33 @@ __attribute__((target("avx512f"))) void widen_bf16_avx512(const std::uint16_t* i
 }
 #pragma GCC diagnostic pop
 
+// Without these an AVX2 host widens through a software conversion: appends of float16 input
+// took 7 to 10 times as long as of float32 input.
+__attribute__((target("avx2,f16c"))) void widen_fp16_avx2(const std::uint16_t* in, float* out,
+                                                          std::uint32_t n) {
+  for (std::uint32_t i = 0; i < n; i += 8)
+    _mm256_storeu_ps(out + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+}
+__attribute__((target("avx2"))) void widen_bf16_avx2(const std::uint16_t* in, float* out,
+                                                     std::uint32_t n) {
+  for (std::uint32_t i = 0; i < n; i += 8) {
+    const __m256i w =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
+    _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+  }
+}
+
 }  // namespace
 
 void InputRows::widen(const std::uint16_t* in, float* out) const {
   const bool fp16 = code_ == kDLFloat;
   if (has_avx512() && dim_ % 16 == 0) {
     (fp16 ? widen_fp16_avx512 : widen_bf16_avx512)(in, out, dim_);
+    return;
+  }
+  if (vector_isa() != VectorIsa::portable && dim_ % 8 == 0) {
+    (fp16 ? widen_fp16_avx2 : widen_bf16_avx2)(in, out, dim_);
     return;
   }
   for (std::uint32_t i = 0; i < dim_; ++i)

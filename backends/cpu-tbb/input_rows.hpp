@@ -35,7 +35,7 @@ class InputRows {
   }
 
  private:
-  // float16 or bfloat16 row to float32 (AVX-512 where present).
+  // float16 or bfloat16 row to float32 (AVX-512 or AVX2 where present).
   void widen(const std::uint16_t* in, float* out) const;
 
   const std::byte* base_;
