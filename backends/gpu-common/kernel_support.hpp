@@ -1,21 +1,31 @@
 // What every kernel of gpu-common stands on: the vendor's device header, launches, warp
 // shuffles and barriers, asynchronous copies into shared memory, and the small conversions and
 // reductions the kernels share. One source for nvcc and hipcc, and for the C++ compiler over the
-// CPU emulator of tests/gpu-emulator. Shuffles have a width of 32 lanes: NVIDIA warps, and the
-// halves of an AMD wave64 (or a whole wave32), behave the same. Included by the kernels'
-// translation unit only (kernels.cu).
+// CPU emulator of tests/gpu-emulator. Included by the kernels' translation unit only
+// (kernels.cu).
+//
+// The kernels' warp is KVC_WARP lanes (32 unless the build says 64). Shuffles have that width:
+// NVIDIA warps are 32; on AMD, a wave64 runs as two warps of 32 that behave alike, or, built with
+// KVC_WARP=64 for CDNA, as one warp of 64. The emulator is built at both widths and the
+// conformance suites run on each (tests/gpu-emulator).
 #pragma once
+
+#ifndef KVC_WARP
+#define KVC_WARP 32
+#endif
+static_assert(KVC_WARP == 32 || KVC_WARP == 64, "KVC_WARP: 32 or 64 lanes");
 
 #if defined(__HIPCC__) || defined(__CUDACC__)
 #if defined(__HIPCC__)
 #include <hip/hip_fp16.h>
 #include <hip/hip_runtime.h>
-#define KVC_SHFL(v, lane) __shfl((v), (lane), 32)
-#define KVC_SHFL_XOR(v, mask) __shfl_xor((v), (mask), 32)
+#define KVC_SHFL(v, lane) __shfl((v), (lane), KVC_WARP)
+#define KVC_SHFL_XOR(v, mask) __shfl_xor((v), (mask), KVC_WARP)
 #else
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
+static_assert(KVC_WARP == 32, "NVIDIA warps have 32 lanes");
 #define KVC_SHFL(v, lane) __shfl_sync(0xFFFFFFFFu, (v), (lane), 32)
 #define KVC_SHFL_XOR(v, mask) __shfl_xor_sync(0xFFFFFFFFu, (v), (mask), 32)
 #endif
@@ -44,7 +54,7 @@
 
 namespace kvcache::gpu {
 
-constexpr std::uint32_t kWarp = 32;
+constexpr std::uint32_t kWarp = KVC_WARP;
 // A slot past a work item's end (kernels look up a page per slot).
 constexpr std::uint32_t kNoPage = 0xFFFFFFFFu;
 
@@ -65,7 +75,7 @@ void allow_shared(Kernel kernel, std::uint32_t bytes) {
 #endif
 }
 
-// A barrier of the 32 lanes of a warp that also orders their shared-memory accesses. On AMD and
+// A barrier of the lanes of a warp that also orders their shared-memory accesses. On AMD and
 // in the emulator, a shuffle is one (every lane takes part in it).
 KVC_INLINE void sync_warp() {
 #if defined(__CUDACC__)
@@ -227,7 +237,11 @@ KVC_INLINE void load_words(const std::uint8_t* p, std::uint32_t* w) {
 // scale and minimum).
 template <std::uint32_t kKind, std::uint32_t kCount>
 KVC_INLINE void decode_codes(const std::uint32_t* w, float* x) {
-  if constexpr (kKind == kFp16) {
+  if constexpr (kCount == 1 && (kKind == kFp16 || kKind == kBf16 || kKind == kFp8E4M3)) {
+    float pair[2];  // one element (a lane of a 64-lane warp at head_dim 64): a pair's low half
+    decode_codes<kKind, 2>(w, pair);
+    x[0] = pair[0];
+  } else if constexpr (kKind == kFp16) {
     KVC_UNROLL
     for (std::uint32_t i = 0; i < kCount / 2; ++i) halves_to_floats(w[i], x[2 * i], x[2 * i + 1]);
   } else if constexpr (kKind == kBf16) {

@@ -6,7 +6,7 @@
 // The rule: memory is read once, in tiles, by copies that run while the previous tile is being
 // computed, and nothing per row crosses lanes.
 //  - A work item (query, KV head, up to 8 of its group's query heads, a run of visible slots) is
-//    one block of kWarps warps; warp w takes tiles w, w + kWarps, ... of 32 slots.
+//    one block of kWarps warps; warp w takes tiles w, w + kWarps, ... of kWarp slots.
 //  - Each warp stages its tiles' K rows and V rows into shared memory of its own with
 //    asynchronous copies (cp.async on sm_80+), in a ring of 2 to 4 buffers: while one buffer's
 //    K or V is computed, the copies of the next ones are in flight. Registers hold no row in
@@ -15,7 +15,7 @@
 //    head (the queries, scaled, wait in shared memory and are read by all lanes at once). The
 //    format's per-row or per-group scale is applied once per row or group, not per element.
 //    Only the tile's softmax maximum crosses lanes (one reduction per head per tile).
-//  - Values: lane j owns head_dim / 32 output dimensions of every head, and adds each row's
+//  - Values: lane j owns head_dim / kWarp output dimensions of every head, and adds each row's
 //    weighted values to them: no reduction across lanes until the block's warps combine.
 // Each format is a template specialization: no per-element switch.
 #pragma once
@@ -28,7 +28,8 @@
 namespace kvcache::gpu::staged {
 
 #if defined(__HIPCC__)
-constexpr std::uint32_t kWarps = 2;  // two buffers of fp16 rows of 128 fit AMD's 64 KiB per block
+// Two buffers of 64 fp16 rows of 128 fit AMD's 64 KiB per block: two warps of 32, or one of 64.
+constexpr std::uint32_t kWarps = 64 / kWarp;
 #else
 constexpr std::uint32_t kWarps = 4;
 #endif
@@ -137,28 +138,33 @@ __global__ void __launch_bounds__(kWarp* kWarps, kHeads <= 4 ? 4 : 2)
   }
   __syncthreads();
   if constexpr (kIntegerKeys) {
-    // A warp per block of a head: lane j rounds elements 2j and 2j + 1.
-    constexpr std::uint32_t kBlocks = kDim / kQueryBlock;
+    // A warp per block of a head: lane j rounds elements kPerLane * j and the next ones.
+    constexpr std::uint32_t kBlocks = kDim / kQueryBlock, kPerLane = kQueryBlock / kWarp;
+    constexpr std::uint32_t kGranuleLanes = 32 / kPerLane;  // int4: the lanes of 32 elements
     for (std::uint32_t p = warp; p < kHeads * kBlocks; p += kWarps) {
-      const std::uint32_t g = p / kBlocks, first = p % kBlocks * kQueryBlock;
-      const float x[2] = {qs[g][first + 2 * lane], qs[g][first + 2 * lane + 1]};
-      const float top = warp_max(max_of(x[0] < 0 ? -x[0] : x[0], x[1] < 0 ? -x[1] : x[1]));
+      const std::uint32_t g = p / kBlocks, first = p % kBlocks * kQueryBlock + kPerLane * lane;
+      float x[kPerLane], mine = 0.0f;
+      for (std::uint32_t i = 0; i < kPerLane; ++i) {
+        x[i] = qs[g][first + i];
+        mine = i == 0 ? (x[i] < 0 ? -x[i] : x[i]) : max_of(mine, x[i] < 0 ? -x[i] : x[i]);
+      }
+      const float top = warp_max(mine);
       const bool tiny = top < 1.17549435e-38f;  // below the smallest normal float: no steps
       if (lane == 0) q8_step[g][p % kBlocks] = tiny ? 0.0f : top / 127.0f;
       float rounded = 0.0f;
-      for (std::uint32_t i = 0; i < 2; ++i) {
-        const std::uint32_t e = first + 2 * lane + i, k = e % 8;
+      for (std::uint32_t i = 0; i < kPerLane; ++i) {
+        const std::uint32_t e = first + i, k = e % 8;
         const std::uint32_t at = kKind == kInt4Group ? e - k + (k % 2) * 4 + k / 2 : e;
         const std::int32_t code = tiny ? 0 : round_to_int(x[i] * (127.0f / top));
         q8[g][at] = static_cast<std::int8_t>(code);
         rounded += static_cast<float>(code);
       }
       if constexpr (kKind == kInt4Group) {
-        // Each half warp's 32 elements are one granule: the sum of its rounded q.
-        for (std::uint32_t mask = kWarp / 4; mask > 0; mask /= 2)
+        // Each kGranuleLanes lanes' elements are one granule: the sum of its rounded q.
+        for (std::uint32_t mask = kGranuleLanes / 2; mask > 0; mask /= 2)
           rounded += KVC_SHFL_XOR(rounded, mask);
-        if (lane % (kWarp / 2) == 0)
-          q_sums[g][(first + 2 * lane) / 32] = rounded * (tiny ? 0.0f : top / 127.0f);
+        if (lane % kGranuleLanes == 0)
+          q_sums[g][first / 32] = rounded * (tiny ? 0.0f : top / 127.0f);
       }
     }
     __syncthreads();
@@ -332,6 +338,9 @@ __global__ void __launch_bounds__(kWarp* kWarps, kHeads <= 4 ? 4 : 2)
     for (std::uint32_t r = 0; r < rows; ++r) {
       std::uint32_t w[kLaneBytes >= 4 ? kLaneBytes / 4 : 1];
       load_codes<kLaneBytes>(buffer + r * T::stride + d0 * T::bits / 8, w);
+      // A lane of one int4 dimension (warps of 64 at head_dim 64) shares its byte: odd lanes
+      // take the high nibble.
+      if constexpr (kKind == kInt4Group && T::lane_dims == 1) w[0] >>= 4 * (d0 % 2);
       float x[T::lane_dims];
       decode_codes<kKind, T::lane_dims>(w, x);
       float p[kHeads];

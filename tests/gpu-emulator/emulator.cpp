@@ -14,7 +14,10 @@ namespace emu {
 namespace {
 
 namespace ctx = boost::context;
-constexpr unsigned kWarp = 32;
+#ifndef KVC_WARP
+#define KVC_WARP 32
+#endif
+constexpr unsigned kWarp = KVC_WARP;  // the lanes a shuffle spans, as the kernels are built
 
 enum class State { ready, at_block_barrier, at_warp_barrier, done };
 

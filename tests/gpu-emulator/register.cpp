@@ -3,6 +3,8 @@
 #include "gpu_backend.hpp"
 #include "kvcache/sdk/plugin.hpp"
 
-KVCACHE_PLUGIN("gpu-emulated", "0.1.0",
+// KVCACHE_GPU_EMULATED_NAME: "gpu-emulated" (warps of 32) or "gpu-emulated-wave64" (of 64).
+KVCACHE_PLUGIN(KVCACHE_GPU_EMULATED_NAME, "0.1.0",
                kvcache::sdk::component<kvcache::gpu::GpuBackend>(
-                   "gpu-emulated", "0.1.0", kvcache::gpu::gpu_capabilities("gpu-emulated")))
+                   KVCACHE_GPU_EMULATED_NAME, "0.1.0",
+                   kvcache::gpu::gpu_capabilities(KVCACHE_GPU_EMULATED_NAME)))
