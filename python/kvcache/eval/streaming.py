@@ -110,12 +110,12 @@ def run(tokens, context, sinks, window, prefill, bucket, out_json, only=None, te
               f"{peak:>6} {row['seconds']:>6.0f}", flush=True)
     if out_json:
         with open(out_json, "w") as f:
-            what = (f"the first {context} tokens of {BOOKS[0]}, repeated" if text == "repeat"
-                    else " + ".join(BOOKS))
+            repeat = text == "repeat"
+            what = f"the first {context} tokens of {BOOKS[0]}, repeated" if repeat else " + ".join(BOOKS)
+            kind = "one passage repeated" if repeat else "four books"
             json.dump({"model": "SmolLM2-135M-Instruct.Q4_1", "text": what,
                        "title": f"Perplexity per {bucket}-token bucket (log scale), one stream "
-                                f"of {tokens} tokens ({'one passage repeated' if text == 'repeat' else 'four books'}), "
-                                f"{sinks} sinks + window {window - sinks}",
+                                f"of {tokens} tokens ({kind}), {sinks} sinks + window {window - sinks}",
                        "tokens": tokens, "context": context, "first_scored": 1,
                        "bucket": bucket, "rows": results}, f, indent=2)
     return results
