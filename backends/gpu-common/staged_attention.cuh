@@ -143,11 +143,10 @@ __global__ void __launch_bounds__(kWarp* kWarps, kHeads <= 4 ? 4 : 2)
     constexpr std::uint32_t kGranuleLanes = 32 / kPerLane;  // int4: the lanes of 32 elements
     for (std::uint32_t p = warp; p < kHeads * kBlocks; p += kWarps) {
       const std::uint32_t g = p / kBlocks, first = p % kBlocks * kQueryBlock + kPerLane * lane;
-      float x[kPerLane], mine = 0.0f;
-      for (std::uint32_t i = 0; i < kPerLane; ++i) {
-        x[i] = qs[g][first + i];
-        mine = i == 0 ? (x[i] < 0 ? -x[i] : x[i]) : max_of(mine, x[i] < 0 ? -x[i] : x[i]);
-      }
+      float x[kPerLane];
+      for (std::uint32_t i = 0; i < kPerLane; ++i) x[i] = qs[g][first + i];
+      float mine = x[0] < 0 ? -x[0] : x[0];
+      for (std::uint32_t i = 1; i < kPerLane; ++i) mine = max_of(mine, x[i] < 0 ? -x[i] : x[i]);
       const float top = warp_max(mine);
       const bool tiny = top < 1.17549435e-38f;  // below the smallest normal float: no steps
       if (lane == 0) q8_step[g][p % kBlocks] = tiny ? 0.0f : top / 127.0f;
