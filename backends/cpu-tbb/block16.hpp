@@ -157,24 +157,42 @@ Pass for_kind(RowFormat kind, Floats floats, Pass int8, Int4 int4) {
   return nullptr;
 }
 
-// The head dimensions the passes are specialized for (with groups of 1, 2, 4 and 8 query heads).
+// The head dimensions the passes are specialized for (with groups of 1, 2, 4 and 8 query heads,
+// and on AVX2 any group of 1 to 8).
 constexpr bool specialized_dim(std::uint32_t dim) {
   return dim == 64 || dim == 128;
 }
 
+// The groups a family's passes are specialized for: AVX-512's 1, 2, 4 and 8 (16 / G keys at a
+// time), AVX2's any of 1 to 8 (in sweeps of 4, 2 and 1 heads, avx2::sweep_heads).
+enum class Groups { powers_of_two, one_to_eight };
+
 // pick.template operator()<G, D>() for a specialized shape, or null.
-template <class Pass = Pass16, class Pick>
+template <class Pass = Pass16, Groups Kinds = Groups::powers_of_two, class Pick>
 Pass for_shape(std::uint32_t group, std::uint32_t dim, Pick pick) {
   const auto with_dim = [&]<int D>() -> Pass {
+    const auto with_group = [&]<int G>() -> Pass {
+      if constexpr (Kinds == Groups::one_to_eight || (G & (G - 1)) == 0)
+        return pick.template operator()<G, D>();
+      return nullptr;
+    };
     switch (group) {
       case 1:
-        return pick.template operator()<1, D>();
+        return with_group.template operator()<1>();
       case 2:
-        return pick.template operator()<2, D>();
+        return with_group.template operator()<2>();
+      case 3:
+        return with_group.template operator()<3>();
       case 4:
-        return pick.template operator()<4, D>();
+        return with_group.template operator()<4>();
+      case 5:
+        return with_group.template operator()<5>();
+      case 6:
+        return with_group.template operator()<6>();
+      case 7:
+        return with_group.template operator()<7>();
       case 8:
-        return pick.template operator()<8, D>();
+        return with_group.template operator()<8>();
       default:
         return nullptr;
     }

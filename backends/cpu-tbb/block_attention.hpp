@@ -26,7 +26,8 @@ using ValuePass = void (*)(const Block16* blocks, std::uint32_t count);
 
 // Adds blocks of keys and values of one shape to softmax states, with kernels chosen once, at
 // construction, for the kinds the rows are stored in and the CPU (cpu_features.hpp). It reads
-// them in place where it can (head dimension 64 or 128, 1, 2, 4 or 8 query heads per KV head):
+// them in place where it can (head dimension 64 or 128; 1, 2, 4 or 8 query heads per KV head,
+// with AVX2 any of 1 to 8):
 // with AVX-512, float kinds, and int8 and int4 by integer dot products where the CPU also has
 // VNNI; with AVX2, every kind, int8 and int4 by int16 dot products (vpdpwssd with AVX-VNNI,
 // vpmaddwd without). Integer keys meet the quantized query; integer values meet weights rounded

@@ -48,7 +48,7 @@ CpuPlan make_plan(const PagedStore& store, paging::AttentionPlan slots, bool pre
   plan.store = &store;
   plan.accumulate_scores = accumulate_scores;
   plan.scale = scale;
-  plan.heads = HeadGroups(model.q_heads / model.kv_heads, model.head_dim);
+  plan.heads = HeadGroups(model.q_heads / model.kv_heads, model.head_dim, vector_isa());
   plan.schedule =
       schedule_work(slots, {model.kv_heads * plan.heads.parts, plan.heads.width, model.head_dim,
                             static_cast<std::uint64_t>(tbb::this_task_arena::max_concurrency()),

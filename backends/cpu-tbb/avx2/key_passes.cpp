@@ -1,18 +1,22 @@
 // The AVX2 key passes: 16 keys against the G query heads of their KV head, to softmax weights.
-// A pass takes T = 8 / G keys against all G heads, so that its 8 accumulators hold the (head,
-// key) pairs (lane i of the sums: head i / T, key i % T) and one lane-sum network finishes them.
+// A pass takes T = 8 / G keys (rounded down: 2 for 3 heads, 1 for 5 to 8) against all G heads,
+// so that its accumulators, at most 8, hold the (head, key) pairs (lane i of the sums: head
+// i / T, key i % T; lanes from G x T on unused) and one lane-sum network finishes them. All heads
+// in one pass, so that each key vector is converted once for all of them: with fp16 keys the
+// conversions bound the passes (sweeps of 4, 2 and 1 heads, tried for groups 5 to 7, were slower
+// at 7 and 8).
 #include "vectors.hpp"
 
 namespace kvcache::cpu::avx2 {
 namespace {
 
-// Lane i of `sums` to logits[i / T][first + i % T].
+// Lane i of `sums` to logits[i / T][first + i % T], for the G x T lanes in use.
 template <int G>
 KVCACHE_AVX2 KVCACHE_INLINE void scatter_pairs(__m256 sums, int first, float (*logits)[16]) {
   constexpr int T = 8 / G;
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, sums);
-  for (int i = 0; i < 8; ++i) logits[i / T][first + i % T] = lanes[i];
+  for (int i = 0; i < G * T; ++i) logits[i / T][first + i % T] = lanes[i];
 }
 
 // float32, fp16, bf16 or fp8 keys: each key vector is loaded (and converted) once for all
@@ -126,7 +130,7 @@ KVCACHE_AVX2 void keys16_int(const Block16& b) {
 }  // namespace
 
 Pass16 key_pass(std::uint32_t group, std::uint32_t dim, RowFormat keys, bool vnni) {
-  return for_shape(group, dim, [keys, vnni]<int G, int D>() {
+  return for_shape<Pass16, Groups::one_to_eight>(group, dim, [keys, vnni]<int G, int D>() {
     return for_kind<D>(
         keys, []<RowFormat R>() -> Pass16 { return &keys16<G, D, R>; },
         vnni ? &keys16_int<G, D, RowFormat::int8, VnniDot>

@@ -1,5 +1,6 @@
 // The AVX2 value passes: the weights of a block of 16 times its values, into the accumulators,
-// over parts of D so that 8 accumulators stay in registers.
+// over parts of D so that at most 8 accumulators stay in registers (groups of 5 to 8: one vector
+// a pass, each value vector converted once for all heads).
 #include <algorithm>
 #include <cstring>
 
@@ -58,29 +59,30 @@ KVCACHE_AVX2 KVCACHE_INLINE float store_codes(const __m256 w[2], std::int16_t* c
   return bound / kLargestCode;
 }
 
-// The loop both integer value passes share: rows in pairs, heads in sweeps of at most 4 and H
-// vectors of 8 elements per pass so that the 8 int32 sums stay in registers.
-// `rows.pairs(j, vector, first, next)` gives elements 8 vector .. 8 vector + 15 of rows j and
-// j + 1 as int16 pairs (two vectors), `rows.codes(g, vector)` head g's weight codes for them,
-// and `rows.finish(g, vector, sums)` adds head g's sums to its accumulator.
-template <int G, int D, class Dot, class Source>
+// The loop both integer value passes share, for the sweep of heads First.. of G and those after
+// it: rows in pairs, heads in sweeps of at most 4 and H vectors of 8 elements per pass so that
+// the 8 int32 sums stay in registers. `rows.pairs(j, vector, first, next)` gives elements
+// 8 vector .. 8 vector + 15 of rows j and j + 1 as int16 pairs (two vectors), `rows.codes(g,
+// vector)` head g's weight codes for them, and `rows.finish(g, vector, sums)` adds head g's sums
+// to its accumulator.
+template <int G, int D, class Dot, class Source, int First = 0>
 KVCACHE_AVX2 KVCACHE_INLINE void add_pairs(const Block16& b, const Source& rows) {
-  constexpr int C = D / 8;
-  constexpr int S = std::min(G, 4);                   // heads per sweep
-  constexpr int H = std::min(C, std::max(2, 8 / S));  // vectors per pass, even
-  for (int sweep = 0; sweep < G; sweep += S)
+  if constexpr (First < G) {
+    constexpr int C = D / 8;
+    constexpr int S = std::min(G - First, 4);           // heads of the sweep
+    constexpr int H = std::min(C, std::max(2, 8 / S));  // vectors per pass, even
     for (int pass = 0; pass < C; pass += H) {
       __m256i a[S][H];
       for (int g = 0; g < S; ++g)
         for (int h = 0; h < H; ++h) a[g][h] = _mm256_setzero_si256();
       for (std::uint32_t j = 0; j < b.n; j += 2) {
-        if (sweep == 0 && pass == 0) prefetch_shares(b, kShares / 2 + j, 2);
+        if (First == 0 && pass == 0) prefetch_shares(b, kShares / 2 + j, 2);
         for (int h = 0; h < H; h += 2) {
           __m256i first, next;
           rows.pairs(j, pass + h, first, next);
           for (int g = 0; g < S; ++g) {
             std::int32_t pair;
-            std::memcpy(&pair, rows.codes(sweep + g, pass + h) + j, sizeof pair);
+            std::memcpy(&pair, rows.codes(First + g, pass + h) + j, sizeof pair);
             const __m256i weights = _mm256_set1_epi32(pair);
             Dot::add(a[g][h], first, weights);
             Dot::add(a[g][h + 1], next, weights);
@@ -88,8 +90,10 @@ KVCACHE_AVX2 KVCACHE_INLINE void add_pairs(const Block16& b, const Source& rows)
         }
       }
       for (int g = 0; g < S; ++g)
-        for (int h = 0; h < H; ++h) rows.finish(sweep + g, pass + h, a[g][h]);
+        for (int h = 0; h < H; ++h) rows.finish(First + g, pass + h, a[g][h]);
     }
+    add_pairs<G, D, Dot, Source, First + S>(b, rows);
+  }
 }
 
 // int8 rows: 16 codes of two rows interleaved byte by byte, then widened.
@@ -202,7 +206,7 @@ KVCACHE_AVX2 void values16_int4(const Block16& b) {
 }  // namespace
 
 ValuePass value_pass(std::uint32_t group, std::uint32_t dim, RowFormat values, bool vnni) {
-  return for_shape<ValuePass>(group, dim, [values, vnni]<int G, int D>() {
+  return for_shape<ValuePass, Groups::one_to_eight>(group, dim, [values, vnni]<int G, int D>() {
     return for_kind<D, ValuePass>(
         values, []<RowFormat R>() -> ValuePass { return &each_block<&values16<G, D, R>>; },
         vnni ? &each_block<&values16_int8<G, D, VnniDot>>
