@@ -29,8 +29,8 @@ TEST(HeadGroups, EveryGroupUpTo16TakesTheVectorPasses) {
       const HeadGroups heads(group, dim, isa);
       SCOPED_TRACE("group " + std::to_string(group) + ", head_dim " + std::to_string(dim));
       EXPECT_LE(heads.width, kMaxGroup);
-      EXPECT_EQ(heads.width, isa == VectorIsa::avx2 ? heads.per_part
-                                                    : std::bit_ceil(heads.per_part));
+      EXPECT_EQ(heads.width,
+                isa == VectorIsa::avx2 ? heads.per_part : std::bit_ceil(heads.per_part));
       // Every query head of the KV head once, through the real heads of the parts.
       std::multiset<std::uint32_t> seen;
       for (std::uint32_t part = 0; part < heads.parts; ++part)
