@@ -2,15 +2,13 @@
 
 #include <immintrin.h>
 
-#include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <thread>
 #include <vector>
+
+#include "parallel_timing.hpp"
 
 namespace kvcache::bench {
 namespace {
@@ -77,31 +75,12 @@ double read_bandwidth_gbps(std::size_t bytes, int threads, int repeats) {
   const auto sum = __builtin_cpu_supports("avx512f") ? &sum_avx512
                    : __builtin_cpu_supports("avx2")  ? &sum_avx2
                                                      : &sum_portable;
-  double best = 0.0;
   std::vector<std::uint64_t> sums(threads);  // kept so the reads are not optimized away
   const std::size_t share = bytes / threads / 256 * 256;
-  for (int r = 0; r < repeats; ++r) {
-    // The threads start together once all exist, so their creation is not timed.
-    std::atomic<int> ready{0};
-    std::atomic<bool> go{false};
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] {
-        ready.fetch_add(1);
-        while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
-        sums[t] = sum(buffer.get() + t * share, share);
-      });
-    }
-    while (ready.load() < threads) std::this_thread::yield();
-    const auto start = std::chrono::steady_clock::now();
-    go.store(true, std::memory_order_release);
-    for (auto& th : pool) th.join();
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    best = std::max(best, static_cast<double>(share * threads) / seconds / 1e9);
-    benchmark_sink ^= sums[0];
-  }
-  return best;
+  const double seconds = fastest_parallel_run(
+      threads, repeats, [&](int t) { sums[t] = sum(buffer.get() + t * share, share); });
+  benchmark_sink ^= sums[0];
+  return static_cast<double>(share * threads) / seconds / 1e9;
 }
 
 }  // namespace kvcache::bench

@@ -13,6 +13,7 @@
 #include <tbb/global_control.h>
 #include <tbb/task_arena.h>
 
+#include "fma_peak.hpp"
 #include "kvcache/formats.hpp"
 #include "kvcache/host_tensor.hpp"
 #include "kvcache/query_rotation.hpp"
@@ -207,6 +208,12 @@ AttentionBenchResult run_attention_benchmark(const Registry& registry,
   result.tokens_per_second = static_cast<double>(queries) / result.seconds;
   result.gflops =
       4.0 * o.q_heads * o.head_dim * static_cast<double>(keys_seen) / result.seconds / 1e9;
+  // On the host, the arithmetic roof beside the memory one: where the reads are a small fraction
+  // of the bandwidth, this says whether the multiply-adds are what bounds the call.
+  if (result.bandwidth_probe == "host read") {
+    result.fma_peak_gflops = bench::fma_peak_gflops(threads);
+    if (result.fma_peak_gflops > 0.0) result.flop_fraction = result.gflops / result.fma_peak_gflops;
+  }
   return result;
 }
 
@@ -237,6 +244,8 @@ nlohmann::json to_json(const AttentionBenchOptions& o, const AttentionBenchResul
           {"bandwidth_fraction", r.bandwidth_fraction},
           {"tokens_per_second", r.tokens_per_second},
           {"gflops", r.gflops},
+          {"fma_peak_gflops", r.fma_peak_gflops},
+          {"flop_fraction", r.flop_fraction},
           {"hot", o.hot},
           {"layers", r.layers},
           {"last_level_cache_bytes", r.cache_bytes}};

@@ -45,6 +45,10 @@ struct AttentionBenchResult {
   double bandwidth_fraction = 0.0;
   double tokens_per_second = 0.0;  // query tokens (decode: steps x batch) per second, this layer
   double gflops = 0.0;  // q.k and p.v multiply-adds x 2 over the visible keys, per second
+  // The host's FMA peak over the same threads (fma_peak.hpp) and gflops' fraction of it; 0 for a
+  // GPU backend (no probe) or a CPU without FMA.
+  double fma_peak_gflops = 0.0;
+  double flop_fraction = 0.0;
   std::uint64_t calls = 0;
   int threads = 0;
   std::uint32_t layers = 1;       // that the calls take turns over

@@ -365,7 +365,7 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
         "KV read per call:   {:.2f} MB (scales included), {}\n"
         "time per call:      {:.3f} ms (median of {}, on a step's plan made in {:.3f} ms)\n"
         "attention:          {:.1f} GB/s = {:.2f} of memory bandwidth ({:.1f} GB/s, {}, measured "
-        "in this run), {:.1f} GFLOP/s\n"
+        "in this run), {:.1f} GFLOP/s{}\n"
         "tokens/s:           {:.0f}\n",
         o.backend, r.device, f->k_format, f->v_format, o.tokens, o.batch, o.queries, o.q_heads,
         o.kv_heads, o.head_dim, o.page_size, f->mask, r.threads, r.kv_bytes / 1e6,
@@ -374,7 +374,12 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
                             "{:.0f} MB)",
                             r.layers, r.layers * r.kv_bytes / 1e6, r.cache_bytes / 1e6),
         r.seconds * 1e3, r.calls, r.plan_seconds * 1e3, r.gbps, r.bandwidth_fraction,
-        r.read_bandwidth_gbps, r.bandwidth_probe, r.gflops, r.tokens_per_second);
+        r.read_bandwidth_gbps, r.bandwidth_probe, r.gflops,
+        r.fma_peak_gflops > 0.0 ? fmt::format(" = {:.2f} of the FMA peak ({:.0f} GFLOP/s, measured "
+                                              "in this run)",
+                                              r.flop_fraction, r.fma_peak_gflops)
+                                : std::string(),
+        r.tokens_per_second);
   });
 }
 
