@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
-#include <map>
 #include <optional>
 #include <string>
 
@@ -11,6 +10,7 @@
 
 #include "kvcache/remote/page_wire.hpp"
 #include "remote/breaker.hpp"
+#include "remote/in_order.hpp"
 #include "remote/write_queue.hpp"
 
 namespace kvcache::remote {
@@ -197,9 +197,8 @@ void TieredStore::pull(std::span<const std::int32_t> token_ids, std::uint64_t fr
       break;
     }
     // Each value is verified and imported as the transport hands it over (from its own buffer,
-    // while the next one arrives); the run stops at the first value missing, wrong or without
-    // room, and the values after it are only read past. A value ahead of its turn (a transport
-    // over several servers answers in their order) waits, copied, until the run reaches it.
+    // while the next one arrives), in the run's order (InOrder); the run stops at the first value
+    // missing, wrong or without room.
     const std::uint64_t first = next;
     // A value that failed verification: told and removed after the call, not from inside it.
     struct Wrong {
@@ -208,9 +207,7 @@ void TieredStore::pull(std::span<const std::int32_t> token_ids, std::uint64_t fr
     };
     std::optional<Wrong> wrong;
     std::exception_ptr local;  // what the local store threw: not the transport's fault
-    bool stopped = false;
-    std::map<std::size_t, Value> early;
-    const auto accept = [&](std::span<const std::byte> value) {
+    InOrder run(keys.size(), [&](std::span<const std::byte> value) {
       const std::size_t j = next - first;
       st.bytes_read += value.size();
       const Checked checked = check_page(value, st.page(digests, next, token_ids), st.image_bytes);
@@ -235,26 +232,14 @@ void TieredStore::pull(std::span<const std::int32_t> token_ids, std::uint64_t fr
       st.remember(keys[j]);
       ++next;
       return true;
-    };
-    const auto take = [&](std::size_t j, std::span<const std::byte> value) {
-      if (stopped || j < next - first || j >= keys.size()) return;
-      if (j > next - first) {
-        early.emplace(j, Value(value.begin(), value.end()));
-        return;
-      }
-      stopped = !accept(value);
-      for (auto at = early.find(next - first); !stopped && at != early.end();
-           at = early.find(next - first)) {
-        const Value waiting = std::move(at->second);
-        early.erase(at);
-        stopped = !accept(waiting);
-      }
-    };
+    });
     try {
       const std::size_t hits = held_run(*remote_, keys);
       more = hits == keys.size();
       keys.resize(hits);
-      if (hits > 0 && Clock::now() < deadline) remote_->get_each(keys, take);
+      if (hits > 0 && Clock::now() < deadline)
+        remote_->get_each(
+            keys, [&](std::size_t j, std::span<const std::byte> value) { run.take(j, value); });
       st.breaker.success();
     } catch (const std::exception& e) {
       if (!local) st.failed(*remote_, e);
