@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "block_attention.hpp"
+#include "cpu_features.hpp"
 
 #define KVCACHE_INLINE inline __attribute__((always_inline))
 
@@ -163,16 +164,19 @@ constexpr bool specialized_dim(std::uint32_t dim) {
   return dim == 64 || dim == 128;
 }
 
-// The groups a family's passes are specialized for: AVX-512's 1, 2, 4 and 8 (16 / G keys at a
-// time), AVX2's any of 1 to 8 (in sweeps of 4, 2 and 1 heads, avx2::sweep_heads).
-enum class Groups { powers_of_two, one_to_eight };
+// Whether a family's passes take any group of 1 to 8 query heads (AVX2: 8 / G keys at a time,
+// rounded down) or only 1, 2, 4 and 8 (AVX-512: 16 / G keys at a time; head_groups.hpp pads the
+// others, as for the portable path).
+constexpr bool takes_any_group(VectorIsa family) {
+  return family == VectorIsa::avx2;
+}
 
-// pick.template operator()<G, D>() for a specialized shape, or null.
-template <class Pass = Pass16, Groups Kinds = Groups::powers_of_two, class Pick>
+// pick.template operator()<G, D>() for a shape Family's passes are specialized for, or null.
+template <VectorIsa Family, class Pass = Pass16, class Pick>
 Pass for_shape(std::uint32_t group, std::uint32_t dim, Pick pick) {
   const auto with_dim = [&]<int D>() -> Pass {
     const auto with_group = [&]<int G>() -> Pass {
-      if constexpr (Kinds == Groups::one_to_eight || (G & (G - 1)) == 0)
+      if constexpr (takes_any_group(Family) || (G & (G - 1)) == 0)
         return pick.template operator()<G, D>();
       return nullptr;
     };

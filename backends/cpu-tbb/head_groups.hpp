@@ -29,8 +29,7 @@ struct HeadGroups {
       : group(model_group),
         parts(specialized_dim(dim) ? (model_group + kMaxGroup - 1) / kMaxGroup : 1),
         per_part((model_group + parts - 1) / parts),
-        width(specialized_dim(dim) && isa != VectorIsa::avx2 ? std::bit_ceil(per_part) : per_part) {
-  }
+        width(specialized_dim(dim) && !takes_any_group(isa) ? std::bit_ceil(per_part) : per_part) {}
 
   // Of the part's heads, where they start in the KV head's group and how many are real.
   std::uint32_t first(std::uint32_t part) const { return part * per_part; }

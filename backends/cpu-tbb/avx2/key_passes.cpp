@@ -130,7 +130,7 @@ KVCACHE_AVX2 void keys16_int(const Block16& b) {
 }  // namespace
 
 Pass16 key_pass(std::uint32_t group, std::uint32_t dim, RowFormat keys, bool vnni) {
-  return for_shape<Pass16, Groups::one_to_eight>(group, dim, [keys, vnni]<int G, int D>() {
+  return for_shape<VectorIsa::avx2>(group, dim, [keys, vnni]<int G, int D>() {
     return for_kind<D>(
         keys, []<RowFormat R>() -> Pass16 { return &keys16<G, D, R>; },
         vnni ? &keys16_int<G, D, RowFormat::int8, VnniDot>

@@ -206,7 +206,7 @@ KVCACHE_AVX2 void values16_int4(const Block16& b) {
 }  // namespace
 
 ValuePass value_pass(std::uint32_t group, std::uint32_t dim, RowFormat values, bool vnni) {
-  return for_shape<ValuePass, Groups::one_to_eight>(group, dim, [values, vnni]<int G, int D>() {
+  return for_shape<VectorIsa::avx2, ValuePass>(group, dim, [values, vnni]<int G, int D>() {
     return for_kind<D, ValuePass>(
         values, []<RowFormat R>() -> ValuePass { return &each_block<&values16<G, D, R>>; },
         vnni ? &each_block<&values16_int8<G, D, VnniDot>>

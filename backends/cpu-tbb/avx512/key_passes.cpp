@@ -221,7 +221,7 @@ KVCACHE_KERNELS_END
 
 Pass16 key_pass(std::uint32_t group, std::uint32_t dim, RowFormat keys) {
   const bool rows_to_l1 = prefetch_rows_into_l1();
-  return for_shape(group, dim, [keys, rows_to_l1]<int G, int D>() {
+  return for_shape<VectorIsa::avx512>(group, dim, [keys, rows_to_l1]<int G, int D>() {
     return for_kind<D>(
         keys, []<RowFormat R>() -> Pass16 { return &keys16<G, D, R>; },
         rows_to_l1 ? &keys16_int8<G, D, true> : &keys16_int8<G, D, false>,

@@ -365,7 +365,7 @@ KVCACHE_KERNELS_END
 ValuePass value_pass(std::uint32_t group, std::uint32_t dim, RowFormat values) {
   // Without byte permutes, int8 and int4 values are decoded to float32.
   const bool vbmi = has_vbmi();
-  return for_shape<ValuePass>(group, dim, [values, vbmi]<int G, int D>() {
+  return for_shape<VectorIsa::avx512, ValuePass>(group, dim, [values, vbmi]<int G, int D>() {
     return for_kind<D, ValuePass>(
         values, []<RowFormat R>() -> ValuePass { return &each_block<&values16<G, D, R>>; },
         vbmi ? &values_int8<G, D> : nullptr,
