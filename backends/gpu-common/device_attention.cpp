@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numbers>
 #include <string>
 #include <vector>
@@ -24,12 +25,17 @@ struct DevicePlan final : StepPlan {
   StagingLayout layout;                        // kept: the upload reads it asynchronously
   DeviceBuffer memory;
   std::uint64_t pages_at = 0, page_offset_at = 0, span_offset_at = 0, spans_at = 0, items_at = 0,
-                first_item_at = 0, logit_offset_at = 0, score_offset_at = 0;
+                first_item_at = 0, arrived_at = 0, logit_offset_at = 0, score_offset_at = 0;
   // Query rotations (positions within the cache): how many, and their query and angles.
   std::uint32_t rotations = 0;
   std::uint64_t rotation_query_at = 0, cos_sin_at = 0;
-  const std::uint8_t* at(std::uint64_t offset) const { return memory.as<std::uint8_t>() + offset; }
+  std::uint8_t* at(std::uint64_t offset) const { return memory.as<std::uint8_t>() + offset; }
 };
+
+// Queries and outputs in pageable host memory of up to this size pass through the attention's
+// page-locked buffer, so that their copies are asynchronous (a decode step's, up to batch 256 at
+// Llama-3-8B's heads in float32); larger ones, prefill's, are copied from where they are.
+constexpr std::uint64_t kStagedBytes = 4u << 20;
 
 DeviceAttention::DeviceAttention(int device)
     : processors_(static_cast<std::uint32_t>(device_properties(device).processors)) {}
@@ -109,17 +115,23 @@ std::unique_ptr<DevicePlan> DeviceAttention::make_plan(DeviceStore& store,
       runs.back().end = at;
       if (s.rotation != 0) rotation_query[s.rotation - 1] = static_cast<std::uint32_t>(i);
     }
-    for (std::uint32_t h = 0; h < kv_heads; ++h) {
-      first_item.push_back(static_cast<std::uint32_t>(items.size()));
-      for (std::uint32_t head0 = 0; head0 < group; head0 += kMaxItemHeads)
+    // Merge units (query, KV head, head chunk) in order: merge::unit_of computes the same index.
+    // A query that sees nothing still gets an item per unit (of no slots), which writes its zeros.
+    for (std::uint32_t h = 0; h < kv_heads; ++h)
+      for (std::uint32_t head0 = 0; head0 < group; head0 += kMaxItemHeads) {
+        first_item.push_back(static_cast<std::uint32_t>(items.size()));
+        const auto item = [&](std::uint64_t first, std::uint64_t count, std::uint32_t rotation) {
+          items.push_back(
+              {static_cast<std::uint32_t>(i), h, head0, std::min(kMaxItemHeads, group - head0),
+               static_cast<std::uint32_t>(first), static_cast<std::uint32_t>(count), rotation});
+        };
+        if (runs.empty()) item(0, 0, 0);
         for (const Run& run : runs)
           for (std::uint64_t first = run.begin; first < run.end; first += chunk)
-            items.push_back(
-                {static_cast<std::uint32_t>(i), h, head0, std::min(kMaxItemHeads, group - head0),
-                 static_cast<std::uint32_t>(first),
-                 static_cast<std::uint32_t>(std::min(chunk, run.end - first)), run.rotation});
-    }
+            item(first, std::min(chunk, run.end - first), run.rotation);
+      }
   }
+  const std::uint64_t units = first_item.size();
   first_item.push_back(static_cast<std::uint32_t>(items.size()));
   p->n_items = static_cast<std::uint32_t>(items.size());
 
@@ -137,10 +149,12 @@ std::unique_ptr<DevicePlan> DeviceAttention::make_plan(DeviceStore& store,
     p->rotation_query_at = layout.copy(rotation_query);
     p->cos_sin_at = layout.copy(plan.cos_sin);
   }
+  p->arrived_at = layout.reserve(units * 4);
   const Stream& stream = store.stream();
   stream.activate();
   p->memory.reserve(std::max<std::uint64_t>(layout.size(), 16));
   stream.upload(p->memory.as<std::uint8_t>(), layout.host().data(), layout.host().size());
+  stream.fill(p->at(p->arrived_at), 0, units * 4);  // the merge's counters, kept at 0 by each run
   p->slots = std::move(slots);
   return p;
 }
@@ -179,7 +193,8 @@ void DeviceAttention::run(CacheStore& base, const StepPlan& step, std::uint32_t 
 }
 
 // One layer on an uploaded plan: the rows of token groups still being filled (formats that group
-// tokens), q and the scratch in the attention's own buffer, then attend, merge and scores.
+// tokens), q and the scratch in the attention's own buffer, then one launch that attends and
+// merges (and, when wanted, the rotated queries before it and the scores after it).
 void DeviceAttention::run_layer(DeviceStore& store, const DevicePlan& p, std::uint32_t layer,
                                 const DLTensor& q_in, DLTensor& out_in) {
   paging::PageBook& book = store.book();
@@ -221,19 +236,29 @@ void DeviceAttention::run_layer(DeviceStore& store, const DevicePlan& p, std::ui
                       residual_offset_at = layout.copy(residual_offset);
   const std::uint64_t q_at = q.on_device ? 0 : layout.reserve(q.bytes);
   const std::uint64_t out_at = out.on_device ? 0 : layout.reserve(out.bytes);
-  const std::uint64_t partial_at =
-      layout.reserve(std::uint64_t{p.n_items} * kMaxItemHeads * (2 + dim) * 4);
-  const std::uint64_t final_at = layout.reserve(plan.queries * heads * 2 * 4);
-  const std::uint64_t turned_at = layout.reserve(std::uint64_t{p.rotations} * heads * dim * 4);
+  const std::uint64_t partial_at = layout.reserve(p.n_items * item_state_floats(dim) * 4);
   const bool scores = p.accumulate_scores;
+  const std::uint64_t final_at = scores ? layout.reserve(plan.queries * heads * 2 * 4) : 0;
+  const std::uint64_t turned_at = layout.reserve(std::uint64_t{p.rotations} * heads * dim * 4);
   const std::uint64_t logits_at = scores ? layout.reserve(p.logits * heads * 4) : 0;
   const std::uint64_t scores_at = scores ? layout.reserve(p.score_floats * 4) : 0;
   auto* device = static_cast<std::uint8_t*>(work_.reserve(layout.size()));
   const auto at = [&](std::uint64_t offset) { return device + offset; };
 
+  const bool stage_q = !q.on_device && q.pageable && q.bytes <= kStagedBytes;
+  const bool stage_out = !out.on_device && out.pageable && out.bytes <= kStagedBytes;
+  const std::uint64_t staged_out_at = stage_q ? (q.bytes + 15) / 16 * 16 : 0;
+  std::uint8_t* staging = stage_q || stage_out
+                              ? staging_.reserve(staged_out_at + (stage_out ? out.bytes : 0))
+                              : nullptr;
   stream.activate();
   stream.upload(device, layout.host().data(), layout.host().size());
-  if (!q.on_device) stream.upload(at(q_at), q.data, q.bytes);
+  if (stage_q) {
+    std::memcpy(staging, q.data, q.bytes);
+    stream.upload(at(q_at), staging, q.bytes);
+  } else if (!q.on_device) {
+    stream.upload(at(q_at), q.data, q.bytes);
+  }
   if (scores) stream.fill(at(scores_at), 0, p.score_floats * 4);
 
   AttentionArgs a;
@@ -252,6 +277,12 @@ void DeviceAttention::run_layer(DeviceStore& store, const DevicePlan& p, std::ui
   a.items = reinterpret_cast<const WorkItem*>(p.at(p.items_at));
   a.n_items = p.n_items;
   a.partial = reinterpret_cast<float*>(at(partial_at));
+  a.first_item = reinterpret_cast<const std::uint32_t*>(p.at(p.first_item_at));
+  a.arrived = reinterpret_cast<std::uint32_t*>(p.at(p.arrived_at));
+  void* out_device = out.on_device ? const_cast<void*>(out.data) : at(out_at);
+  a.out = out_device;
+  a.out_dtype = out.dtype;
+  a.final_state = scores ? reinterpret_cast<float*>(at(final_at)) : nullptr;
   a.logits = scores ? reinterpret_cast<float*>(at(logits_at)) : nullptr;
   a.logit_offset = reinterpret_cast<const std::uint64_t*>(p.at(p.logit_offset_at));
   if (p.rotations != 0) {
@@ -276,41 +307,28 @@ void DeviceAttention::run_layer(DeviceStore& store, const DevicePlan& p, std::ui
   }
   launch_attend(a, std::min(group, kMaxItemHeads), stream.get());
 
-  MergeArgs m;
-  m.queries = static_cast<std::uint32_t>(plan.queries);
-  m.q_heads = heads;
-  m.kv_heads = kv_heads;
-  m.head_dim = dim;
-  m.items = a.items;
-  m.first_item = reinterpret_cast<const std::uint32_t*>(p.at(p.first_item_at));
-  m.partial = a.partial;
-  void* out_device = out.on_device ? const_cast<void*>(out.data) : at(out_at);
-  m.out = out_device;
-  m.out_dtype = out.dtype;
-  m.final_state = reinterpret_cast<float*>(at(final_at));
-  launch_merge(m, stream.get());
-
   std::vector<float> added;
   if (scores) {
     ScoreArgs s;
-    s.queries = m.queries;
+    s.queries = static_cast<std::uint32_t>(plan.queries);
     s.q_heads = heads;
     s.span_offset = a.span_offset;
     s.spans = a.spans;
     s.logit_offset = a.logit_offset;
     s.max_visible = p.max_visible;
     s.logits = a.logits;
-    s.final_state = m.final_state;
+    s.final_state = a.final_state;
     s.scores = reinterpret_cast<float*>(at(scores_at));
     s.score_offset = reinterpret_cast<const std::uint64_t*>(p.at(p.score_offset_at));
     launch_scores(s, stream.get());
     added.resize(p.score_floats);
     stream.download(added.data(), s.scores, p.score_floats * 4);
   }
+  void* const out_host = static_cast<std::byte*>(out_in.data) + out_in.byte_offset;
   if (!out.on_device)
-    stream.download(static_cast<std::byte*>(out_in.data) + out_in.byte_offset, out_device,
-                    out.bytes);
+    stream.download(stage_out ? staging + staged_out_at : out_host, out_device, out.bytes);
   stream.synchronize();
+  if (stage_out) std::memcpy(out_host, staging + staged_out_at, out.bytes);
   // Scores live with the book on the host, where eviction policies read them.
   for (std::size_t i = 0; scores && i < plan.sequences.size(); ++i) {
     auto& s = book.find(plan.sequences[i]);

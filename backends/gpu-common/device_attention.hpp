@@ -1,9 +1,9 @@
 // Paged attention on the GPU over a DeviceStore: the core's attention plan (visible slot spans per
 // query), work items of (query, KV head, up to 8 heads of its group, a run of visible slots) sized
-// so that a long sequence is split across the device (flash-decoding), the attend/merge kernels,
+// so that a long sequence is split across the device (flash-decoding), the attention kernels,
 // and per-slot scores when asked. Prefill runs the same kernels with one item per query token. A
-// step uploads its plan once; each layer uploads only its queries (and the rows of token groups
-// still being filled).
+// step uploads its plan once; each layer uploads only its host queries (and the rows of token
+// groups still being filled) and is one launch that attends and merges the splits.
 #pragma once
 
 #include "kernels.hpp"
@@ -33,6 +33,7 @@ class DeviceAttention final : public Attention {
 
   std::uint32_t processors_ = 1;  // multiprocessors (CUs): how many items keep the device busy
   DeviceBuffer work_;             // plan, q, partial states, logits, outputs, scores
+  PinnedBuffer staging_;          // small host queries and outputs on their way
 };
 
 }  // namespace kvcache::gpu

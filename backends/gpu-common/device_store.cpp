@@ -95,6 +95,7 @@ TensorView view_of(const DLTensor& t, std::uint64_t rows, std::uint32_t heads, s
     throw Error(Code::invalid_argument, want);
   v.on_device = t.device.device_type == kDeviceType && t.device.device_id == device;
   if (!v.on_device && !host_type(t.device.device_type)) throw Error(Code::invalid_argument, want);
+  v.pageable = t.device.device_type == kDLCPU;
   v.data = static_cast<const std::byte*>(t.data) + t.byte_offset;
   v.bytes = elements(t) * (t.dtype.bits / 8);
   return v;

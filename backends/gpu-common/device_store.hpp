@@ -27,6 +27,7 @@ struct TensorView {
   Dtype dtype = Dtype::f32;
   std::uint64_t bytes = 0;
   bool on_device = false;
+  bool pageable = false;  // host memory that is not page-locked (kDLCPU)
 };
 TensorView view_of(const DLTensor& t, std::uint64_t rows, std::uint32_t heads, std::uint32_t dim,
                    int device, const char* name);

@@ -112,6 +112,44 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
+// Page-locked host memory owned by one object; grows on demand, old contents not kept. Copies
+// between it and the device are asynchronous; from pageable memory the runtime first stages them
+// through page-locked memory of its own, as a copy the caller waits for.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() { release(); }
+
+  std::uint8_t* reserve(std::size_t bytes) {
+    if (bytes <= bytes_) return data_;
+    release();
+    void* p = nullptr;
+#if defined(KVCACHE_GPU_HIP)
+    check(hipHostMalloc(&p, bytes, hipHostMallocDefault), "allocate page-locked host memory");
+#else
+    check(GPU(MallocHost)(&p, bytes), "allocate page-locked host memory");
+#endif
+    data_ = static_cast<std::uint8_t*>(p);
+    bytes_ = bytes;
+    return data_;
+  }
+
+ private:
+  void release() {
+#if defined(KVCACHE_GPU_HIP)
+    if (data_ != nullptr) (void)hipHostFree(data_);
+#else
+    if (data_ != nullptr) (void)GPU(FreeHost)(data_);
+#endif
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+  std::uint8_t* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
 // A stream of its own per store or attention, on a chosen device.
 class Stream {
  public:

@@ -299,32 +299,4 @@ KVC_INLINE float weight_of(float m, float top) {
   return m == -INFINITY ? 0.0f : exp2f(m - top);
 }
 
-// A block's warps each hold a softmax state per query head of the item: their maxima m and sums
-// l ([warp][head]) and weighted values ([warp][head][dim]). Writes the item's combined state per
-// head, (m, l, values[dim]), to `out`.
-KVC_INLINE void write_item_state(const float* warp_m, const float* warp_l, const float* warp_acc,
-                                 std::uint32_t warps, std::uint32_t max_heads, std::uint32_t heads,
-                                 std::uint32_t dim, float* out) {
-  for (std::uint32_t i = threadIdx.x; i < heads * dim; i += blockDim.x) {
-    const std::uint32_t g = i / dim, d = i % dim;
-    float top = -INFINITY;
-    for (std::uint32_t w = 0; w < warps; ++w) {
-      const float m = warp_m[w * max_heads + g];
-      top = top > m ? top : m;
-    }
-    float sum = 0.0f, value = 0.0f;
-    for (std::uint32_t w = 0; w < warps; ++w) {
-      const float f = weight_of(warp_m[w * max_heads + g], top);
-      sum += warp_l[w * max_heads + g] * f;
-      value += warp_acc[(w * max_heads + g) * dim + d] * f;
-    }
-    float* state = out + std::uint64_t{g} * (2 + dim);
-    if (d == 0) {
-      state[0] = top;
-      state[1] = sum;
-    }
-    state[2 + d] = value;
-  }
-}
-
 }  // namespace kvcache::gpu

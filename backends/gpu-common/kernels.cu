@@ -1,7 +1,9 @@
 // The GPU kernels, one source for nvcc and hipcc (and, in the tests, for the C++ compiler over the
 // CPU emulator of tests/gpu-emulator); kernel_support.hpp holds what differs between vendors.
-// Decode attention over the common formats is staged_attention.cuh's.
+// Decode attention over the common formats is staged_attention.cuh's; both attention kernels end
+// with merge_states.cuh's merge.
 #include "kernel_support.hpp"
+#include "merge_states.cuh"
 #include "staged_attention.cuh"
 
 namespace kvcache::gpu {
@@ -457,8 +459,9 @@ __global__ void __launch_bounds__(kWarp* kAttendWarps, kHeads <= 4 ? kMinBlocks 
     }
   }
   __syncthreads();
-  write_item_state(&warp_m[0][0], &warp_l[0][0], warp_acc, kAttendWarps, kHeads, it.heads, dim,
-                   a.partial + std::uint64_t{blockIdx.x} * kMaxItemHeads * (2 + dim));
+  KVC_DYNAMIC_SHARED(scratch);
+  merge::write_item_state<kWarp * kAttendWarps>(a, it, &warp_m[0][0], &warp_l[0][0], warp_acc,
+                                                kAttendWarps, kHeads, scratch);
 }
 
 // One block per (query, q head); threads over the head dimension.
@@ -485,80 +488,6 @@ __global__ void rotate_kernel(RotateArgs a) {
   const float y = load_input(a.q, a.q_dtype, from + partner);
   const float c = a.cos_sin[r * a.rotary_dims + i], s = a.cos_sin[r * a.rotary_dims + half + i];
   a.turned[t] = first ? x * c - y * s : x * c + y * s;
-}
-
-// The merge: one block per (query, q head) combines the states of its work items. The threads
-// take items side by side for the maxima and sums, then dimensions for the values, over chunks
-// of items whose weights wait in shared memory: no thread reads item after item in a chain of
-// loads (a split of 32 items cost ~30 us that way, as long as the attention itself at 4k x 1).
-constexpr std::uint32_t kMergeThreads = 128;
-constexpr std::uint32_t kMergeDims = kMaxHeadDim / kMergeThreads;  // a thread's dimensions
-
-// The largest x (is_max) or the sum of x over the block's threads, in every thread.
-__device__ float block_reduce(float x, bool is_max) {
-  __shared__ float lanes[kMergeThreads / kWarp];
-  x = is_max ? warp_max(x) : warp_sum(x);
-  __syncthreads();  // the last reduction's values have been read
-  if (threadIdx.x % kWarp == 0) lanes[threadIdx.x / kWarp] = x;
-  __syncthreads();
-  x = lanes[0];
-  for (std::uint32_t w = 1; w < kMergeThreads / kWarp; ++w)
-    x = is_max ? max_of(x, lanes[w]) : x + lanes[w];
-  return x;
-}
-
-__global__ void __launch_bounds__(kMergeThreads) merge_kernel(MergeArgs a) {
-  __shared__ float weight[kMergeThreads];
-  __shared__ std::uint64_t state_at[kMergeThreads];
-  const std::uint32_t query = blockIdx.x / a.q_heads, head = blockIdx.x % a.q_heads;
-  const std::uint32_t group = a.q_heads / a.kv_heads, kv_head = head / group, g = head % group;
-  const std::uint32_t pair = query * a.kv_heads + kv_head;
-  const std::uint32_t first = a.first_item[pair], last = a.first_item[pair + 1];
-  // Where item's state of this head is, or ~0 when the item holds other heads of the group.
-  const auto state_of = [&](std::uint32_t item) -> std::uint64_t {
-    const WorkItem& it = a.items[item];
-    if (g < it.head0 || g >= it.head0 + it.heads) return ~std::uint64_t{0};
-    return (std::uint64_t{item} * kMaxItemHeads + (g - it.head0)) * (2 + a.head_dim);
-  };
-  float top = -INFINITY;
-  for (std::uint32_t item = first + threadIdx.x; item < last; item += kMergeThreads)
-    if (const std::uint64_t at = state_of(item); at != ~std::uint64_t{0})
-      top = max_of(top, a.partial[at]);
-  top = block_reduce(top, true);
-  float sum = 0.0f;
-  for (std::uint32_t item = first + threadIdx.x; item < last; item += kMergeThreads)
-    if (const std::uint64_t at = state_of(item); at != ~std::uint64_t{0})
-      sum += a.partial[at + 1] * weight_of(a.partial[at], top);
-  sum = block_reduce(sum, false);
-
-  float value[kMergeDims] = {};
-  for (std::uint32_t chunk = first; chunk < last; chunk += kMergeThreads) {
-    __syncthreads();  // the last chunk's weights have been read
-    const std::uint32_t item = chunk + threadIdx.x;
-    const std::uint64_t at = item < last ? state_of(item) : ~std::uint64_t{0};
-    weight[threadIdx.x] = at == ~std::uint64_t{0} ? 0.0f : weight_of(a.partial[at], top);
-    state_at[threadIdx.x] = at;
-    __syncthreads();
-    const std::uint32_t n = last - chunk < kMergeThreads ? last - chunk : kMergeThreads;
-    for (std::uint32_t i = 0; i < n; ++i) {
-      if (weight[i] == 0.0f) continue;
-      for (std::uint32_t k = 0; k < kMergeDims; ++k) {
-        const std::uint32_t d = threadIdx.x + k * kMergeThreads;
-        if (d < a.head_dim) value[k] += a.partial[state_at[i] + 2 + d] * weight[i];
-      }
-    }
-  }
-  const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
-  for (std::uint32_t k = 0; k < kMergeDims; ++k) {
-    const std::uint32_t d = threadIdx.x + k * kMergeThreads;
-    if (d < a.head_dim)
-      store_output(a.out, a.out_dtype, (std::uint64_t{query} * a.q_heads + head) * a.head_dim + d,
-                   value[k] * inverse);
-  }
-  if (threadIdx.x == 0 && a.final_state != nullptr) {
-    a.final_state[2 * blockIdx.x] = top;
-    a.final_state[2 * blockIdx.x + 1] = sum;
-  }
 }
 
 // Threads over (visible slot, query); atomics because query heads of every group add to a slot.
@@ -640,22 +569,17 @@ void launch_attend(const AttentionArgs& a, std::uint32_t item_heads, GPU(Stream_
   if (a.n_items == 0) return;
   if (!staged::launch(a, item_heads, stream)) {
     const dim3 grid(a.n_items), block(kWarp * kAttendWarps);
+    constexpr std::uint32_t kScratch = sizeof(merge::Scratch<kWarp * kAttendWarps>);
     if (item_heads <= 1)
-      KVC_LAUNCH(attend_kernel<1>, grid, block, stream)(a);
+      KVC_LAUNCH_SHARED(attend_kernel<1>, grid, block, kScratch, stream)(a);
     else if (item_heads <= 2)
-      KVC_LAUNCH(attend_kernel<2>, grid, block, stream)(a);
+      KVC_LAUNCH_SHARED(attend_kernel<2>, grid, block, kScratch, stream)(a);
     else if (item_heads <= 4)
-      KVC_LAUNCH(attend_kernel<4>, grid, block, stream)(a);
+      KVC_LAUNCH_SHARED(attend_kernel<4>, grid, block, kScratch, stream)(a);
     else
-      KVC_LAUNCH(attend_kernel<8>, grid, block, stream)(a);
+      KVC_LAUNCH_SHARED(attend_kernel<8>, grid, block, kScratch, stream)(a);
   }
   check_launch("attention kernel");
-}
-
-void launch_merge(const MergeArgs& a, GPU(Stream_t) stream) {
-  if (a.queries == 0) return;
-  KVC_LAUNCH(merge_kernel, a.queries * a.q_heads, kMergeThreads, stream)(a);
-  check_launch("merge kernel");
 }
 
 void launch_scores(const ScoreArgs& a, GPU(Stream_t) stream) {

@@ -103,12 +103,14 @@ struct SlotMoveArgs {
 std::uint64_t slot_bytes(const PoolLayout& pools, std::uint32_t layers);
 void launch_move_slots(const SlotMoveArgs& a, GPU(Stream_t) stream);
 
-// Paged attention. Work items are (query, kv head, heads of its group [head0, head0 + heads),
-// a run of its visible slots); each writes a partial softmax state that merge combines.
+// Paged attention, one launch a layer. Work items are (query, kv head, heads of its group
+// [head0, head0 + heads), a run of its visible slots). A merge unit is (query, kv head, a chunk of
+// kMaxItemHeads heads of its group): its items are contiguous, and the unit's last item to finish
+// merges their partial softmax states into the output (merge_states.cuh).
 struct WorkItem {
   std::uint32_t query;
   std::uint32_t kv_head;
-  std::uint32_t head0;  // first query head, within the group
+  std::uint32_t head0;  // first query head, within the group: a multiple of kMaxItemHeads
   std::uint32_t heads;  // at most kMaxItemHeads
   std::uint32_t first;  // index among the query's visible slots
   std::uint32_t count;
@@ -119,6 +121,12 @@ inline constexpr std::uint32_t kMaxHeadDim = 256;
 inline constexpr std::uint32_t kHeadDimStep = 8;  // lanes read rows in chunks of 8 elements
 inline constexpr std::uint32_t kItemSlots = 128;  // a work item's least slots: a tile per warp
 inline constexpr std::uint32_t kMaxPageSize = 1u << 24;  // the kernel packs slots in 24 bits
+
+// Floats of an item's partial state: per head (max, sum, values[dim]), rounded up to 128 bytes so
+// that no cache line holds two items' states (merges read them past the L1).
+KVC_HD constexpr std::uint64_t item_state_floats(std::uint32_t dim) {
+  return (std::uint64_t{kMaxItemHeads} * (2 + dim) + 31) / 32 * 32;
+}
 
 struct AttentionArgs {
   PoolLayout pools;
@@ -144,8 +152,15 @@ struct AttentionArgs {
   const std::uint64_t* held_from = nullptr;
   const std::uint16_t* residual = nullptr;
   const std::uint64_t* residual_offset = nullptr;
-  // Per item and head of the item: running max and sum (2 floats) and weighted values [dim].
+  // Per item (item_state_floats apart) and head of the item: max, sum and weighted values [dim].
   float* partial = nullptr;
+  // Per merge unit: its items [first_item[unit], first_item[unit + 1]), and how many of them have
+  // written their state in this launch (zero before the launch; the unit's last item resets it).
+  const std::uint32_t* first_item = nullptr;
+  std::uint32_t* arrived = nullptr;
+  void* out = nullptr;  // [queries, q_heads, head_dim] in out_dtype
+  Dtype out_dtype = Dtype::f32;
+  float* final_state = nullptr;  // when not null: per (query, q head) the final max and sum
   // When scores are wanted (else null): base-2 logits of query i at logits + offset[i] * q_heads,
   // [q_head][visible index], where offset (queries + 1 entries) sums the visible slot counts.
   float* logits = nullptr;
@@ -172,22 +187,6 @@ struct RotateArgs {
   float* turned = nullptr;                  // [rotations][q_heads][head_dim]
 };
 void launch_rotate(const RotateArgs& a, GPU(Stream_t) stream);
-
-// Combines the partial states of each (query, q head) and writes out[query][head][dim] in
-// `out_dtype`; keeps the final max and sum per (query, head) in `final_state` for scores.
-struct MergeArgs {
-  std::uint32_t queries = 0;
-  std::uint32_t q_heads = 0;
-  std::uint32_t kv_heads = 0;
-  std::uint32_t head_dim = 0;
-  const WorkItem* items = nullptr;
-  const std::uint32_t* first_item = nullptr;  // per (query, kv head): items [first, next first)
-  const float* partial = nullptr;
-  void* out = nullptr;
-  Dtype out_dtype = Dtype::f32;
-  float* final_state = nullptr;  // [queries][q_heads][2]
-};
-void launch_merge(const MergeArgs& a, GPU(Stream_t) stream);
 
 // Adds each visible slot's softmax weight, summed over the query heads, to scores[slot] of the
 // query's sequence (at scores + score_offset[query]).

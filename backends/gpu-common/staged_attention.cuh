@@ -24,6 +24,7 @@
 #include <cstdlib>
 
 #include "kernel_support.hpp"
+#include "merge_states.cuh"
 
 namespace kvcache::gpu::staged {
 
@@ -431,8 +432,9 @@ __global__ void __launch_bounds__(kWarp* kWarps, kHeads <= 4 ? 4 : 2)
       merge_acc[(warp * kHeads + g) * kDim + lane * T::lane_dims + d] = acc[g][d] + acc_bias[g];
   }
   __syncthreads();
-  write_item_state(merge_m, merge_l, merge_acc, kWarps, kHeads, it.heads, kDim,
-                   a.partial + std::uint64_t{blockIdx.x} * kMaxItemHeads * (2 + kDim));
+  // (It reads the warps' states before a barrier, and only then writes its scratch there.)
+  merge::write_item_state<kWarp * kWarps>(a, it, merge_m, merge_l, merge_acc, kWarps, kHeads,
+                                          shared);
 }
 
 // Buffers per warp unless KVCACHE_GPU_STAGES says otherwise: 2, the depth measured on an H200
@@ -451,6 +453,8 @@ bool launch_shape(AttentionArgs a, std::uint32_t stages, GPU(Stream_t) stream) {
   a.stages = stages != 0 ? stages : kDefaultStages;
   const auto kernel = attend_kernel<kHeads, kKind, kDim>;
   const std::uint32_t bytes = shared_bytes<kHeads, kKind, kDim>(a.stages);
+  static_assert(sizeof(merge::Scratch<kWarp * kWarps>) <= kWarps * kMinStages * T::bytes,
+                "the merge's scratch fits in the staging buffers");
   static std::atomic<std::uint32_t> allowed[64] = {};  // per device: the most asked for yet
   int device = 0;
   check(GPU(GetDevice)(&device), "read the current device");

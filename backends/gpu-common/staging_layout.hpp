@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 namespace kvcache::gpu {
@@ -14,6 +15,7 @@ class StagingLayout {
   // The offset of a copy of `v`. Copies must precede every reserve().
   template <class T>
   std::uint64_t copy(const std::vector<T>& v) {
+    if (host_.size() != size_) throw std::logic_error("StagingLayout: a copy after a reserve");
     const std::uint64_t at = reserve(v.size() * sizeof(T));
     const auto* p = reinterpret_cast<const std::byte*>(v.data());
     host_.insert(host_.end(), p, p + v.size() * sizeof(T));

@@ -1,6 +1,10 @@
 // The GPU backend's paths for tensors already in device memory, on the emulator (whose "device"
 // is host memory tagged kDLExtDev): K/V appended from the device, q read and the output written
-// in place on the device, in float32 and float16, give exactly what host tensors give.
+// in place on the device, in float32 and float16, give exactly what host tensors give; and what a
+// layer of a step asks of the device: one launch.
+#include <dlfcn.h>
+
+#include <cstdint>
 #include <random>
 #include <vector>
 
@@ -8,6 +12,7 @@
 
 #include "kvcache/host_tensor.hpp"
 #include "kvcache/numeric.hpp"
+#include "kvcache/reference_attention.hpp"
 #include "kvcache/registry.hpp"
 
 namespace kvcache {
@@ -19,6 +24,17 @@ std::shared_ptr<const Registry> emulator_registry() {
   return Registry::load(settings);
 }
 
+// A store of pages of 16 and 8 MiB.
+StoreSpec spec_of(const ModelShape& model, const char* k_format, const char* v_format) {
+  StoreSpec spec;
+  spec.model = model;
+  spec.page_size = 16;
+  spec.k_format = k_format;
+  spec.v_format = v_format;
+  spec.capacity_bytes = 8 << 20;
+  return spec;
+}
+
 DLTensor on_device(DLTensor t) {
   t.device = {kDLExtDev, 0};
   return t;
@@ -27,12 +43,7 @@ DLTensor on_device(DLTensor t) {
 TEST(EmulatedDeviceTensors, DeviceTensorsAreUsedInPlaceWithTheSameResults) {
   const auto registry = emulator_registry();
   const auto backend = registry->create_backend("gpu-emulated");
-  StoreSpec spec;
-  spec.model = {1, 8, 2, 64};
-  spec.page_size = 16;
-  spec.k_format = "int8-per-token";
-  spec.v_format = "fp16";
-  spec.capacity_bytes = 8 << 20;
+  const StoreSpec spec = spec_of({1, 8, 2, 64}, "int8-per-token", "fp16");
   const auto host_store = backend->create_store(spec);
   const auto device_store = backend->create_store(spec);
   const auto attention = backend->create_attention();
@@ -95,6 +106,80 @@ TEST(EmulatedDeviceTensors, DeviceTensorsAreUsedInPlaceWithTheSameResults) {
     EXPECT_EQ(got[i], want[i]) << i;
     EXPECT_EQ(got16[i], fp16_from_float(want[i])) << i;
   }
+}
+
+// The emulator's counts of launches and copies (emulated_runtime.hpp), found in the loaded plugin.
+struct Activity {
+  std::uint64_t launches, uploads, downloads, synchronizations;
+};
+
+const Activity& emulator_activity() {
+  void* plugin = dlopen(KVCACHE_TEST_GPU_EMULATOR, RTLD_NOW | RTLD_NOLOAD);
+  if (plugin == nullptr) throw std::runtime_error("the emulator plugin is not loaded");
+  const void* counts = dlsym(plugin, "kvcache_emulator_activity");
+  dlclose(plugin);  // the registry still holds it
+  if (counts == nullptr) throw std::runtime_error("kvcache_emulator_activity not found");
+  return *static_cast<const Activity*>(counts);
+}
+
+// Batch 1, 300 tokens: the emulator's 2 multiprocessors ask for 32 items, so each (KV head, head
+// chunk) is split into 3 items whose last one merges them. Each layer of a planned step is one
+// launch that attends and merges; device tensors add no copy, host ones one each way.
+TEST(EmulatedDeviceTensors, AStepLayerIsOneLaunchThatMergesItsSplits) {
+  const auto registry = emulator_registry();
+  const auto backend = registry->create_backend("gpu-emulated");
+  const StoreSpec spec = spec_of({2, 8, 2, 64}, "fp16", "fp16");
+  const auto store = backend->create_store(spec);
+  const auto attention = backend->create_attention();
+  const std::uint32_t n = 300;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::vector<float> k(n * 2 * 64), v(k.size()), q(8 * 64);
+  std::int64_t kv_shape[3] = {n, 2, 64}, q_shape[3] = {1, 8, 64};
+  const SeqId id = store->create_sequence();
+  const std::vector<SeqId> ids{id};
+  store->reserve(ids, std::vector<std::uint32_t>{n});
+  for (std::uint32_t layer = 0; layer < 2; ++layer) {
+    for (float& x : k) x = normal(rng);
+    for (float& x : v) x = normal(rng);
+    store->append(layer, ids, std::vector<std::uint32_t>{n}, host_tensor(k.data(), kv_shape),
+                  host_tensor(v.data(), kv_shape));
+  }
+  for (float& x : q) x = normal(rng);
+
+  const std::vector<PositionRange> ranges{{0, n}};
+  const std::vector<std::uint32_t> range_counts{1};
+  StepRequest request;
+  request.sequences = ids;
+  request.visible = {ranges, range_counts, 1, {}};
+  const auto plan = attention->plan(*store, request);
+  const Activity& activity = emulator_activity();
+  std::vector<float> out(q.size()), want(q.size()), keys(k.size()), values(v.size());
+  std::vector<Position> positions(n);
+  for (std::uint32_t i = 0; i < n; ++i) positions[i] = i;
+  // Layer 1, then 0 twice: each run finds the merge's counters as the last one left them.
+  for (const std::uint32_t layer : {1u, 0u, 0u})
+    for (const bool device : {true, false}) {
+      DLTensor qt = host_tensor(q.data(), q_shape), ot = host_tensor(out.data(), q_shape);
+      if (device) {
+        qt = on_device(qt);
+        ot = on_device(ot);
+      }
+      std::fill(out.begin(), out.end(), NAN);
+      const Activity before = activity;
+      attention->run(*store, *plan, layer, qt, ot);
+      EXPECT_EQ(activity.launches - before.launches, 1u) << "layer " << layer;
+      EXPECT_EQ(activity.uploads - before.uploads, device ? 0u : 1u) << "layer " << layer;
+      EXPECT_EQ(activity.downloads - before.downloads, device ? 0u : 1u) << "layer " << layer;
+      EXPECT_EQ(activity.synchronizations - before.synchronizations, 1u) << "layer " << layer;
+
+      DLTensor kt = host_tensor(keys.data(), kv_shape), vt = host_tensor(values.data(), kv_shape);
+      store->gather(layer, id, kt, vt);
+      reference::attention({8, 2, 64}, q, keys, values, positions, ranges, 0.125f, want);
+      for (std::size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(out[i], want[i], 1e-4 + 1e-4 * std::fabs(want[i]))
+            << "layer " << layer << " at " << i;
+    }
 }
 
 TEST(EmulatedDeviceTensors, ADeviceThatDoesNotExistIsRefused) {

@@ -17,6 +17,7 @@
 #define __align__(n)
 #define __shared__ static thread_local
 #define __syncthreads() ::kvcache::gpu::emu::sync_block()
+#define __threadfence() ((void)0)  // blocks run one after another: their writes are in order
 
 namespace kvcache::gpu {
 
@@ -27,8 +28,9 @@ struct dim3 {
 
 extern thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
 
-inline float atomicAdd(float* p, float v) {
-  const float old = *p;
+template <class T>
+T atomicAdd(T* p, T v) {
+  const T old = *p;
   *p = old + v;
   return old;
 }

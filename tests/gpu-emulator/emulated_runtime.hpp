@@ -4,8 +4,17 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+
+// What the backend asked of the "device" since the plugin was loaded, for tests that count a
+// call's launches and copies (device_tensors_test.cpp reads it by name). Data, not a function:
+// a plugin exports one function, its ABI entry.
+struct emuActivity {
+  std::uint64_t launches, uploads, downloads, synchronizations;
+};
+extern "C" __attribute__((visibility("default"))) emuActivity kvcache_emulator_activity;
 
 enum emuError_t { emuSuccess = 0, emuErrorInvalidValue = 1, emuErrorMemoryAllocation = 2 };
 enum emuMemcpyKind { emuMemcpyHostToDevice, emuMemcpyDeviceToHost, emuMemcpyDeviceToDevice };
@@ -52,8 +61,16 @@ inline emuError_t emuFree(void* p) {
   std::free(p);
   return emuSuccess;
 }
-inline emuError_t emuMemcpyAsync(void* to, const void* from, std::size_t bytes, emuMemcpyKind,
+inline emuError_t emuMallocHost(void** p, std::size_t bytes) {
+  return emuMalloc(p, bytes);
+}
+inline emuError_t emuFreeHost(void* p) {
+  return emuFree(p);
+}
+inline emuError_t emuMemcpyAsync(void* to, const void* from, std::size_t bytes, emuMemcpyKind kind,
                                  emuStream_t) {
+  kvcache_emulator_activity.uploads += kind == emuMemcpyHostToDevice;
+  kvcache_emulator_activity.downloads += kind == emuMemcpyDeviceToHost;
   std::memmove(to, from, bytes);
   return emuSuccess;
 }
@@ -69,5 +86,6 @@ inline emuError_t emuStreamDestroy(emuStream_t) {
   return emuSuccess;
 }
 inline emuError_t emuStreamSynchronize(emuStream_t) {
+  ++kvcache_emulator_activity.synchronizations;
   return emuSuccess;
 }

@@ -5,6 +5,9 @@
 #include <vector>
 
 #include "emulated_device.hpp"
+#include "emulated_runtime.hpp"
+
+emuActivity kvcache_emulator_activity{};
 
 namespace kvcache::gpu {
 
@@ -127,6 +130,7 @@ std::uint8_t* dynamic_shared() {
 }
 
 void run(dim3 grid, dim3 block, std::size_t shared_bytes, const std::function<void()>& body) {
+  ++kvcache_emulator_activity.launches;
   dynamic_memory.assign((shared_bytes + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t),
                         std::max_align_t{});
   gridDim = grid;
