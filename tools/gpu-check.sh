@@ -49,7 +49,8 @@ elif [[ ! -f "$build/CMakeCache.txt" ]]; then
 fi
 if [[ -z ${SKIP_BUILD:-} ]]; then
   ninja -C "$build" -j "$jobs" kvcache-tool kvcache-cuda kvcache-cpu-tbb kvcache-masks \
-    kvcache-formats store_conformance_test attention_conformance_test step_test >/dev/null
+    kvcache-formats store_conformance_test attention_conformance_test step_test \
+    kvcache-device-step-benchmark-cuda >/dev/null
   echo "built"
 fi
 
@@ -123,15 +124,21 @@ done
 echo "JSON lines: $results"
 
 step "decode steps at batch 1 (4096 tokens, 32 layers, Llama-3-8B heads): time per layer"
+# With host tensors (`kvcache bench step`), and with q, out and the new K/V rows in device memory
+# as an engine holds them (kvcache-device-step-benchmark-cuda).
+step_args=(--batch 1 --tokens 4096 --layers 32 --q-heads 32 --kv-heads 8 --head-dim 128 --steps 30)
 for f in fp16 int8-per-token; do
-  if line=$("$build/bin/kvcache" bench step --backend cuda --format "$f" --batch 1 --tokens 4096 \
-    --layers 32 --q-heads 32 --kv-heads 8 --head-dim 128 --steps 30 --json 2>&1); then
-    echo "$line" >>"$results"
-    echo "$line" | python3 -c 'import json,sys; r=json.load(sys.stdin); p=r["planned"]; l=r["per_layer"]; n=r["layers"]; print("%-16s planned once: %.1f us a layer (attention kernels %.1f us); planned per layer: %.1f us" % (r["format"], p["step_seconds"] / n * 1e6, r["attention_kernel_seconds"] / n * 1e6, l["step_seconds"] / n * 1e6))'
-  else
-    echo "$f FAILED: $line"
-    status=1
-  fi
+  for program in "kvcache bench step --backend cuda --json" kvcache-device-step-benchmark-cuda; do
+    read -r -a command <<<"$program"
+    [[ -x $build/bin/${command[0]} ]] || continue
+    if line=$("$build/bin/${command[0]}" "${command[@]:1}" --format "$f" "${step_args[@]}" 2>&1); then
+      echo "$line" >>"$results"
+      echo "$line" | python3 -c 'import json,sys; r=json.load(sys.stdin); p=r["planned"]; l=r["per_layer"]; n=r["layers"]; print("%-16s tensors on %-14s planned once: %.1f us a layer (attention calls %.1f us); planned per layer: %.1f us" % (r["format"], r["tensors"], p["step_seconds"] / n * 1e6, r["attention_kernel_seconds"] / n * 1e6, l["step_seconds"] / n * 1e6))'
+    else
+      echo "$f ($program) FAILED: $line"
+      status=1
+    fi
+  done
 done
 
 step "main job on cuda (kvcache bench, embedded default config)"

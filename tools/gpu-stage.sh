@@ -17,6 +17,9 @@ rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/deps" "$out/deps-std"
 cp "$build"/bin/{kvcache,store_conformance_test,attention_conformance_test,step_test,kvcache-kernel-benchmark} \
   "$out/bin/"
+if [[ -f $build/bin/kvcache-device-step-benchmark-cuda ]]; then
+  cp "$build/bin/kvcache-device-step-benchmark-cuda" "$out/bin/"
+fi
 cp -a "$build"/lib/libkvcache.so* "$out/lib/"
 for plugin in "$build"/lib/kvcache-*.so; do
   [[ $(basename "$plugin") == kvcache-hip.so ]] || cp "$plugin" "$out/lib/"

@@ -12,22 +12,9 @@
 namespace kvcache::gpu {
 namespace {
 
-#if defined(KVCACHE_GPU_CUDA)
-constexpr DLDeviceType kDeviceType = kDLCUDA;
 constexpr bool host_type(DLDeviceType t) {
-  return t == kDLCPU || t == kDLCUDAHost;
+  return t == kDLCPU || t == kHostDeviceType;
 }
-#elif defined(KVCACHE_GPU_HIP)
-constexpr DLDeviceType kDeviceType = kDLROCM;
-constexpr bool host_type(DLDeviceType t) {
-  return t == kDLCPU || t == kDLROCMHost;
-}
-#else  // the tests' emulator: its "device" memory is host memory, tagged as an extension device
-constexpr DLDeviceType kDeviceType = kDLExtDev;
-constexpr bool host_type(DLDeviceType t) {
-  return t == kDLCPU;
-}
-#endif
 
 DeviceFormat format_on_device(const std::string& name, const nlohmann::json& options,
                               std::uint32_t head_dim, std::uint32_t page_size) {

@@ -23,9 +23,21 @@
 #error "define KVCACHE_GPU_CUDA, KVCACHE_GPU_HIP or (in the tests) KVCACHE_GPU_EMULATED"
 #endif
 
+#include <dlpack/dlpack.h>
+
 #include "kvcache/status.hpp"
 
 namespace kvcache::gpu {
+
+// DLPack's names for the vendor's device memory and its page-locked host memory. The tests'
+// emulator: its "device" memory is host memory, tagged as an extension device.
+#if defined(KVCACHE_GPU_CUDA)
+inline constexpr DLDeviceType kDeviceType = kDLCUDA, kHostDeviceType = kDLCUDAHost;
+#elif defined(KVCACHE_GPU_HIP)
+inline constexpr DLDeviceType kDeviceType = kDLROCM, kHostDeviceType = kDLROCMHost;
+#else
+inline constexpr DLDeviceType kDeviceType = kDLExtDev, kHostDeviceType = kDLCPU;
+#endif
 
 #if defined(KVCACHE_GPU_CUDA)
 inline constexpr const char* kVendor = "cuda";

@@ -36,32 +36,7 @@ void add_step_command(CLI::App& bench, const Globals& globals) {
   };
   auto f = std::make_shared<Flags>();
   StepBenchOptions& o = f->options;
-  step->add_option("--backend", o.backend, "backend component")->capture_default_str();
-  step->add_option("--format", o.format, "storage format of K and V")->capture_default_str();
-  step->add_option("--batch", o.batch, "sequences")
-      ->capture_default_str()
-      ->check(positive(o.batch));
-  step->add_option("--layers", o.layers, "layers")
-      ->capture_default_str()
-      ->check(positive(o.layers));
-  step->add_option("--tokens", o.tokens, "cached tokens per sequence")
-      ->capture_default_str()
-      ->check(positive(o.tokens));
-  step->add_option("--q-heads", o.q_heads, "query heads")
-      ->capture_default_str()
-      ->check(positive(o.q_heads));
-  step->add_option("--kv-heads", o.kv_heads, "KV heads")
-      ->capture_default_str()
-      ->check(positive(o.kv_heads));
-  step->add_option("--head-dim", o.head_dim, "head dimension")
-      ->capture_default_str()
-      ->check(positive(o.head_dim));
-  step->add_option("--page-size", o.page_size, "tokens per page")
-      ->capture_default_str()
-      ->check(whole_number(1, 1024));
-  step->add_option("--steps", o.steps, "measured steps of each kind")
-      ->capture_default_str()
-      ->check(positive(o.steps));
+  add_step_options(*step, o);
   step->add_flag("--json", f->json, "print one JSON object");
   step->callback([&globals, f] {
     if (globals.checks_only) return;
@@ -73,8 +48,8 @@ void add_step_command(CLI::App& bench, const Globals& globals) {
     }
     const StepBenchOptions& o = f->options;
     std::cout << fmt::format(
-        "{} sequences x {} layers at {} tokens, {} on {}; medians of {} steps\n", o.batch, o.layers,
-        o.tokens, o.format, o.backend, o.steps);
+        "{} sequences x {} layers at {} tokens, {} on {}, tensors on the {}; medians of {} steps\n",
+        o.batch, o.layers, o.tokens, o.format, o.backend, r.tensors, o.steps);
     std::cout << fmt::format("{:<22}{:>12}{:>14}{:>12}{:>14}{:>10}\n", "", "step ms",
                              "attention ms", "append ms", "outside ms", "outside");
     for (const auto& [name, t] :

@@ -9,6 +9,7 @@
 
 #include "kvcache/cache.hpp"
 #include "kvcache/formats.hpp"
+#include "validators.hpp"
 
 namespace kvcache::tool {
 namespace {
@@ -30,8 +31,37 @@ struct Samples {
 
 }  // namespace
 
+void add_step_options(CLI::App& command, StepBenchOptions& o) {
+  command.add_option("--backend", o.backend, "backend component")->capture_default_str();
+  command.add_option("--format", o.format, "storage format of K and V")->capture_default_str();
+  command.add_option("--batch", o.batch, "sequences")
+      ->capture_default_str()
+      ->check(positive(o.batch));
+  command.add_option("--layers", o.layers, "layers")
+      ->capture_default_str()
+      ->check(positive(o.layers));
+  command.add_option("--tokens", o.tokens, "cached tokens per sequence")
+      ->capture_default_str()
+      ->check(positive(o.tokens));
+  command.add_option("--q-heads", o.q_heads, "query heads")
+      ->capture_default_str()
+      ->check(positive(o.q_heads));
+  command.add_option("--kv-heads", o.kv_heads, "KV heads")
+      ->capture_default_str()
+      ->check(positive(o.kv_heads));
+  command.add_option("--head-dim", o.head_dim, "head dimension")
+      ->capture_default_str()
+      ->check(positive(o.head_dim));
+  command.add_option("--page-size", o.page_size, "tokens per page")
+      ->capture_default_str()
+      ->check(whole_number(1, 1024));
+  command.add_option("--steps", o.steps, "measured steps of each kind")
+      ->capture_default_str()
+      ->check(positive(o.steps));
+}
+
 StepBenchResult run_step_benchmark(std::shared_ptr<const Registry> registry,
-                                   const StepBenchOptions& o) {
+                                   const StepBenchOptions& o, TensorMemory* memory) {
   if (o.batch == 0 || o.layers == 0 || o.steps == 0 || o.tokens == 0)
     throw Error(Code::invalid_argument, "bench step: batch, layers, tokens and steps must be > 0");
   Config config = parse_config(
@@ -75,9 +105,15 @@ StepBenchResult run_step_benchmark(std::shared_ptr<const Registry> registry,
       out(q.size());
   for (float& x : kv) x = normal(rng);
   for (float& x : q) x = normal(rng);
-  const Tensor kvt = Tensor::host(kv.data(), {b, m.kv_heads, m.head_dim});
-  const Tensor qt = Tensor::host(q.data(), {b, m.q_heads, m.head_dim});
-  Tensor ot = Tensor::host(out.data(), {b, m.q_heads, m.head_dim});
+  // In the memory asked for, filled once (the values do not change the work).
+  const auto place = [&](std::vector<float>& v, std::initializer_list<std::int64_t> shape) {
+    if (memory == nullptr) return Tensor::host(v.data(), shape);
+    return Tensor(memory->copy_of(v.data(), v.size() * sizeof(float)), {kDLFloat, 32, 1},
+                  memory->device(), shape);
+  };
+  const Tensor kvt = place(kv, {b, m.kv_heads, m.head_dim});
+  const Tensor qt = place(q, {b, m.q_heads, m.head_dim});
+  Tensor ot = place(out, {b, m.q_heads, m.head_dim});
   const std::vector<std::uint32_t> ones(o.batch, 1);
 
   const auto planned_step = [&](Samples& s) {
@@ -123,6 +159,7 @@ StepBenchResult run_step_benchmark(std::shared_ptr<const Registry> registry,
   }
 
   StepBenchResult r;
+  if (memory != nullptr) r.tensors = memory->name();
   r.attention_kernels = median(planned.attention);
   const auto times = [&](const Samples& s) {
     StepTimes t{median(s.total), median(s.attention), median(s.append), 0.0};
@@ -156,6 +193,7 @@ nlohmann::json to_json(const StepBenchOptions& o, const StepBenchResult& r) {
           {"kv_heads", o.kv_heads},
           {"head_dim", o.head_dim},
           {"steps", o.steps},
+          {"tensors", r.tensors},
           {"attention_kernel_seconds", r.attention_kernels},
           {"kv_bytes", r.kv_bytes},
           {"planned", times(r.planned)},

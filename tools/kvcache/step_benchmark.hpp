@@ -5,10 +5,13 @@
 // appends, and the rest (reserve, positions, mask, plan, dispatch, the policy's hook).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include <dlpack/dlpack.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "kvcache/registry.hpp"
@@ -28,6 +31,21 @@ struct StepBenchOptions {
   std::uint32_t steps = 20;  // measured steps of each kind
 };
 
+// The options of `kvcache bench step` (and of kvcache-device-step-benchmark), into `o`.
+void add_step_options(CLI::App& command, StepBenchOptions& o);
+
+// Where the measured steps' tensors (new K/V rows, q, out) live: host memory, unless a program
+// that owns device memory passes its own (tools/bench/device_step_benchmark.cpp), as an engine
+// holds them.
+class TensorMemory {
+ public:
+  virtual ~TensorMemory() = default;
+  virtual std::string name() const = 0;  // as the JSON reports it: "host", "cuda device 0"
+  virtual DLDevice device() const = 0;
+  // `bytes` of this memory holding a copy of `host`, alive as long as this object.
+  virtual void* copy_of(const void* host, std::size_t bytes) = 0;
+};
+
 // Medians over the measured steps, in seconds per step.
 struct StepTimes {
   double total = 0.0;
@@ -43,11 +61,13 @@ struct StepBenchResult {
   // before them. A per-layer decode call spends the same in kernels plus its own planning, so
   // both kinds' `outside` subtract this.
   double attention_kernels = 0.0;
-  std::uint64_t kv_bytes = 0;  // read by the median step's attention, all layers
+  std::uint64_t kv_bytes = 0;    // read by the median step's attention, all layers
+  std::string tensors = "host";  // where the measured steps' tensors were (TensorMemory::name)
 };
 
+// memory: where the measured steps' tensors live; null: the host.
 StepBenchResult run_step_benchmark(std::shared_ptr<const Registry> registry,
-                                   const StepBenchOptions& options);
+                                   const StepBenchOptions& options, TensorMemory* memory = nullptr);
 nlohmann::json to_json(const StepBenchOptions& options, const StepBenchResult& result);
 
 }  // namespace kvcache::tool
