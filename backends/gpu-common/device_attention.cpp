@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <numbers>
 #include <string>
 #include <vector>
@@ -236,7 +237,7 @@ void DeviceAttention::run_layer(DeviceStore& store, const DevicePlan& p, std::ui
                       residual_offset_at = layout.copy(residual_offset);
   const std::uint64_t q_at = q.on_device ? 0 : layout.reserve(q.bytes);
   const std::uint64_t out_at = out.on_device ? 0 : layout.reserve(out.bytes);
-  const std::uint64_t partial_at = layout.reserve(p.n_items * item_state_floats(dim) * 4);
+  const std::uint64_t partial_at = layout.reserve(p.n_items * item_state_floats(dim) * 4, 128);
   const bool scores = p.accumulate_scores;
   const std::uint64_t final_at = scores ? layout.reserve(plan.queries * heads * 2 * 4) : 0;
   const std::uint64_t turned_at = layout.reserve(std::uint64_t{p.rotations} * heads * dim * 4);
@@ -251,6 +252,15 @@ void DeviceAttention::run_layer(DeviceStore& store, const DevicePlan& p, std::ui
   std::uint8_t* staging = stage_q || stage_out
                               ? staging_.reserve(staged_out_at + (stage_out ? out.bytes : 0))
                               : nullptr;
+  // Should a launch or a copy fail midway, copies from or into staging_ may still be in flight:
+  // the stream is drained before the error leaves, so that the next call may reuse the buffer.
+  struct DrainOnError {
+    const Stream& stream;
+    int exceptions = std::uncaught_exceptions();
+    ~DrainOnError() {
+      if (std::uncaught_exceptions() > exceptions) (void)GPU(StreamSynchronize)(stream.get());
+    }
+  } drain{stream};
   stream.activate();
   stream.upload(device, layout.host().data(), layout.host().size());
   if (stage_q) {

@@ -123,7 +123,8 @@ inline constexpr std::uint32_t kItemSlots = 128;  // a work item's least slots: 
 inline constexpr std::uint32_t kMaxPageSize = 1u << 24;  // the kernel packs slots in 24 bits
 
 // Floats of an item's partial state: per head (max, sum, values[dim]), rounded up to 128 bytes so
-// that no cache line holds two items' states (merges read them past the L1).
+// that no cache line holds two items' states (merges read them past the L1; the states start on
+// a 128-byte boundary of the device buffer, whose base the runtime aligns to 256).
 KVC_HD constexpr std::uint64_t item_state_floats(std::uint32_t dim) {
   return (std::uint64_t{kMaxItemHeads} * (2 + dim) + 31) / 32 * 32;
 }

@@ -22,10 +22,10 @@ class StagingLayout {
     host_.resize(size_);
     return at;
   }
-  // The offset of `bytes` of room.
-  std::uint64_t reserve(std::uint64_t bytes) {
-    const std::uint64_t at = size_;
-    size_ = (size_ + bytes + 15) / 16 * 16;
+  // The offset of `bytes` of room, a multiple of `alignment` (a power of two, at least 16).
+  std::uint64_t reserve(std::uint64_t bytes, std::uint64_t alignment = 16) {
+    const std::uint64_t at = (size_ + alignment - 1) / alignment * alignment;
+    size_ = (at + bytes + 15) / 16 * 16;
     return at;
   }
   std::uint64_t size() const { return size_; }

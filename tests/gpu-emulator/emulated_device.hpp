@@ -1,7 +1,8 @@
 // Device builtins for kernels.cu compiled as plain C++ in the tests: each block's threads run as
 // fibers on the launching thread, switching at __syncthreads and at warp shuffles (warps of
 // KVC_WARP lanes: 32, or 64 as on AMD's CDNA), which is all the synchronisation the kernels use.
-// Blocks run one after another, so shared memory is thread_local and atomics are plain additions.
+// Blocks run one after another (in a shuffled order), so shared memory is thread_local and atomics
+// are plain additions.
 #pragma once
 
 #include <cmath>

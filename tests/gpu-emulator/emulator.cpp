@@ -1,6 +1,9 @@
+#include <algorithm>
 #include <boost/context/fiber.hpp>
 #include <boost/context/pooled_fixedsize_stack.hpp>
 #include <cstddef>
+#include <numeric>
+#include <random>
 #include <stdexcept>
 #include <vector>
 
@@ -135,12 +138,17 @@ void run(dim3 grid, dim3 block, std::size_t shared_bytes, const std::function<vo
                         std::max_align_t{});
   gridDim = grid;
   blockDim = block;
-  for (unsigned z = 0; z < grid.z; ++z)
-    for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) {
-        blockIdx = dim3(x, y, z);
-        run_block(block, body);
-      }
+  // A device runs blocks in no set order: here each launch takes them in a shuffled one (the
+  // same in every run of a test), so that code which depends on which block finishes last, such
+  // as the merge of split work items, meets more than the highest index.
+  static thread_local std::minstd_rand order(1);
+  std::vector<unsigned> blocks(std::size_t{grid.x} * grid.y * grid.z);
+  std::iota(blocks.begin(), blocks.end(), 0u);
+  std::shuffle(blocks.begin(), blocks.end(), order);
+  for (const unsigned b : blocks) {
+    blockIdx = dim3(b % grid.x, b / grid.x % grid.y, b / (grid.x * grid.y));
+    run_block(block, body);
+  }
 }
 
 }  // namespace emu

@@ -32,6 +32,7 @@ class DeviceMemory final : public TensorMemory {
   }
   DLDevice device() const override { return {gpu::kDeviceType, stream_.device()}; }
   void* copy_of(const void* host, std::size_t bytes) override {
+    stream_.activate();
     void* p = buffers_.emplace_back(bytes).reserve(bytes);
     stream_.upload(p, host, bytes);
     stream_.synchronize();
@@ -48,8 +49,6 @@ int run(int argc, char** argv) {
   StepBenchOptions o;
   o.backend = gpu::kVendor;
   add_step_options(app, o);
-  int device = 0;
-  app.add_option("--device", device, "the GPU the tensors are on")->capture_default_str();
   std::vector<std::string> plugins;
   app.add_option("--plugin", plugins, "a plugin file to load besides the default search");
   CLI11_PARSE(app, argc, argv);
@@ -57,7 +56,7 @@ int run(int argc, char** argv) {
     // The embedded default config's plugins (and KVCACHE_PLUGIN_PATH), as `kvcache` loads them.
     PluginSettings settings = default_config(process_environment()).plugins;
     for (const std::string& path : plugins) settings.paths.push_back({path, true, {}});
-    DeviceMemory memory(device);
+    DeviceMemory memory(0);  // the backend's default device
     const StepBenchResult r = run_step_benchmark(Registry::load(settings), o, &memory);
     std::cout << to_json(o, r).dump() << '\n';
     return 0;
