@@ -65,6 +65,24 @@ class RedisCluster {
     }
     return false;
   }
+  // Waits up to 15 s until the replica of the master at `index` has acknowledged all its master's
+  // replication stream (the offset in "slave0:...,offset=M" reaches master_repl_offset).
+  bool wait_for_replication(std::size_t index) {
+    const auto number_after = [](const std::string& text, const std::string& key) {
+      const std::size_t at = text.find(key);
+      return at == std::string::npos ? -1 : std::stoll(text.substr(at + key.size()));
+    };
+    for (int i = 0; i < 150; ++i) {
+      const std::string info = nodes_[index]->cli("INFO replication");
+      const long long master = number_after(info, "master_repl_offset:");
+      const std::size_t replica = info.find("slave0:");
+      if (master >= 0 && replica != std::string::npos &&
+          number_after(info.substr(replica), "offset=") >= master)
+        return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
   // Waits up to 15 s until `n` running nodes are masters (a killed master's replica promoted).
   bool wait_for_masters(std::size_t n) {
     for (int i = 0; i < 150; ++i) {
