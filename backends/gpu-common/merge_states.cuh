@@ -45,7 +45,7 @@ KVC_INLINE float load_coherent(const float* p) {
 #endif
 }
 
-// The unit of a work item (see plan_items in device_attention.cpp: a pair's head chunks in order).
+// The unit of a work item (as DeviceAttention::make_plan orders them: query, KV head, head chunk).
 KVC_INLINE std::uint32_t unit_of(const AttentionArgs& a, const WorkItem& it) {
   const std::uint32_t group = a.q_heads / a.pools.kv_heads;
   const std::uint32_t chunks = (group + kMaxItemHeads - 1) / kMaxItemHeads;
@@ -76,6 +76,20 @@ KVC_INLINE void block_reduce(float* x, bool is_max, Scratch<kThreads>& s, float*
 KVC_INLINE std::uint64_t output_row(const AttentionArgs& a, const WorkItem& it, std::uint32_t g) {
   const std::uint32_t group = a.q_heads / a.pools.kv_heads;
   return std::uint64_t{it.query} * a.q_heads + it.kv_head * group + it.head0 + g;
+}
+
+// Head g of the item's output, element d, from its weighted value and softmax sum; and the head's
+// final softmax state (max, sum) where scores want it.
+KVC_INLINE void store_normalized(const AttentionArgs& a, const WorkItem& it, std::uint32_t g,
+                                 std::uint32_t d, float value, float sum) {
+  store_output(a.out, a.out_dtype, output_row(a, it, g) * a.pools.head_dim + d,
+               sum > 0.0f ? value / sum : 0.0f);
+}
+KVC_INLINE void store_final_state(const AttentionArgs& a, const WorkItem& it, std::uint32_t g,
+                                  float top, float sum) {
+  if (a.final_state == nullptr) return;
+  a.final_state[2 * output_row(a, it, g)] = top;
+  a.final_state[2 * output_row(a, it, g) + 1] = sum;
 }
 
 // Merges the states of the unit's items [first, last) (all with the item's heads) into the
@@ -134,16 +148,10 @@ KVC_INLINE void merge_unit(const AttentionArgs& a, const WorkItem& it, std::uint
   KVC_UNROLL
   for (std::uint32_t k = 0; k < kMine; ++k) {
     const std::uint32_t e = threadIdx.x + k * kThreads, g = e / dim, d = e % dim;
-    if (g < heads) {
-      const float sum = s.sum[g];
-      store_output(a.out, a.out_dtype, output_row(a, it, g) * dim + d,
-                   sum > 0.0f ? value[k] / sum : 0.0f);
-    }
+    if (g < heads) store_normalized(a, it, g, d, value[k], s.sum[g]);
   }
-  if (threadIdx.x < heads && a.final_state != nullptr) {
-    a.final_state[2 * output_row(a, it, threadIdx.x)] = s.top[threadIdx.x];
-    a.final_state[2 * output_row(a, it, threadIdx.x) + 1] = s.sum[threadIdx.x];
-  }
+  if (threadIdx.x < heads)
+    store_final_state(a, it, threadIdx.x, s.top[threadIdx.x], s.sum[threadIdx.x]);
 }
 
 // How a block ends its item: the block's warps each hold a softmax state per query head of the
@@ -170,12 +178,8 @@ KVC_INLINE void write_item_state(const AttentionArgs& a, const WorkItem& it, con
       value += warp_acc[(w * max_heads + g) * dim + d] * f;
     }
     if (alone) {
-      store_output(a.out, a.out_dtype, output_row(a, it, g) * dim + d,
-                   sum > 0.0f ? value / sum : 0.0f);
-      if (d == 0 && a.final_state != nullptr) {
-        a.final_state[2 * output_row(a, it, g)] = top;
-        a.final_state[2 * output_row(a, it, g) + 1] = sum;
-      }
+      store_normalized(a, it, g, d, value, sum);
+      if (d == 0) store_final_state(a, it, g, top, sum);
       continue;
     }
     float* state = partial + std::uint64_t{g} * (2 + dim);
