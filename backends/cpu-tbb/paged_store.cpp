@@ -255,15 +255,16 @@ void PagedStore::append(std::uint32_t layer, std::span<const SeqId> ids,
                       }
                       SlotCodec::finish_writes();
                     });
-  // The rows of each sequence's last, incomplete group wait in fp16 (after the parallel part,
-  // which may still have read earlier rows of the residual).
+  // The rows of each sequence's last, incomplete group wait in fp16, and those of the group
+  // before it stay for truncate (after the parallel part, which may still have read earlier rows
+  // of the residual).
   for (std::size_t i = 0; i < seqs.size(); ++i) {
     std::vector<float> input(dim);
     for (const bool value : {false, true}) {
       const SlotCodec& codec = value ? v_codec_ : k_codec_;
       if (!codec.spec().groups_tokens()) continue;
       const std::uint64_t base = seqs[i]->written[layer], end = base + counts[i];
-      const std::uint64_t tail = std::max(base, end / codec.spec().group * codec.spec().group);
+      const std::uint64_t tail = std::max(base, book_.kept_rows_from(end, value));
       for (std::uint64_t slot = tail; slot < end; ++slot) {
         for (std::uint32_t h = 0; h < heads; ++h) {
           const float* row = rows_of(value).row(first_row[i] + (slot - base), h, input.data());

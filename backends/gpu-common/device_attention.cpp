@@ -215,11 +215,16 @@ void DeviceAttention::run_layer(DeviceStore& store, const DevicePlan& p, std::ui
   for (std::size_t i = 0; grouped && i < plan.sequences.size(); ++i) {
     const auto& s = book.find(plan.sequences[i]);
     for (const bool value : {false, true}) {
-      const std::uint64_t slice = std::uint64_t{kv_heads} * book.token_group(value) * dim;
+      const std::uint32_t g = book.token_group(value);
+      const std::uint64_t slice = std::uint64_t{kv_heads} * g * dim;
       sequence_residual.push_back(residual.size());
+      if (g == 0) continue;
+      // The rows of the group being filled: the book's half of that group's parity.
+      const std::uint64_t parity = book.held_from(s, layer, value) / g % 2;
       const std::vector<std::uint16_t>& rows = value ? s.residual_v : s.residual_k;
-      residual.insert(residual.end(), rows.begin() + layer * slice,
-                      rows.begin() + (layer + 1) * slice);
+      const auto first = rows.begin() + static_cast<std::ptrdiff_t>(
+                                            (parity * book.spec().model.layers + layer) * slice);
+      residual.insert(residual.end(), first, first + static_cast<std::ptrdiff_t>(slice));
     }
   }
   for (std::uint64_t i = 0; grouped && i < plan.queries; ++i) {

@@ -224,16 +224,16 @@ void DeviceStore::hold_tail_rows(const std::vector<paging::PageBook::Sequence*>&
                                  std::span<const std::uint32_t> counts,
                                  const std::vector<std::uint64_t>& first_row, std::uint32_t layer,
                                  bool value, const TensorView& input) {
-  const std::uint64_t group = book_.token_group(value);
   const std::uint32_t heads = pools_.kv_heads, dim = pools_.head_dim;
   const std::uint64_t row_bytes = std::uint64_t{heads} * dim * (input.dtype == Dtype::f32 ? 4 : 2);
   std::vector<std::byte> row(row_bytes);
   for (std::size_t i = 0; i < seqs.size(); ++i) {
     const std::uint64_t begin = seqs[i]->written[layer], end = begin + counts[i];
-    for (std::uint64_t slot = std::max(begin, end / group * group); slot < end; ++slot) {
+    for (std::uint64_t slot = std::max(begin, book_.kept_rows_from(end, value)); slot < end;
+         ++slot) {
       const std::byte* in =
           static_cast<const std::byte*>(input.data) + (first_row[i] + slot - begin) * row_bytes;
-      if (input.on_device) {  // rows of a group still being filled wait on the host
+      if (input.on_device) {  // the residual's rows wait on the host
         stream_.download(row.data(), in, row_bytes);
         stream_.synchronize();
         in = row.data();

@@ -61,7 +61,8 @@ class DeviceStore final : public paging::PagedStoreBase {
                         std::span<const std::uint32_t> counts,
                         const std::vector<std::uint64_t>& first_row, std::uint32_t layer,
                         bool value) const;
-  // The rows of each sequence's last, incomplete group, into its residual.
+  // The rows of each sequence's last, incomplete group and of the group before it (kept for
+  // truncate), into its residual.
   void hold_tail_rows(const std::vector<paging::PageBook::Sequence*>& seqs,
                       std::span<const std::uint32_t> counts,
                       const std::vector<std::uint64_t>& first_row, std::uint32_t layer, bool value,

@@ -86,6 +86,12 @@ void bind_cache(nb::module_& m) {
       .def("release", [](CacheHandle& c, SeqId id) { locked(c, [&] { c.cache->release(id); }); })
       .def("fork",
            [](CacheHandle& c, SeqId id) { return locked(c, [&] { return c.cache->fork(id); }); })
+      .def(
+          "truncate",
+          [](CacheHandle& c, SeqId id, std::uint64_t tokens) {
+            locked(c, [&] { c.cache->truncate(id, tokens); });
+          },
+          nb::arg("sequence"), nb::arg("tokens"))
       .def("match_prefix",
            [](CacheHandle& c, SeqId id, nb::handle tokens) {
              const std::vector<std::int32_t> ids = token_ids(tokens);

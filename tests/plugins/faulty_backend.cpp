@@ -5,8 +5,8 @@
 //   how    error (a kvcache::Error, code unavailable), std (std::runtime_error), unknown (an int),
 //          oom (std::bad_alloc), or a kind of garbage the call returns instead of failing
 // - backend test-faulty: the scalar example's store and attention (examples/scalar-backend);
-//   fail: reserve, append, drop, unreserve, plan, run (a step's attention), decode or prefill
-//   (the per-layer calls); garbage: drop returns a wrong count.
+//   fail: reserve, append, drop, unreserve, truncate, plan, run (a step's attention), decode or
+//   prefill (the per-layer calls); garbage: drop returns a wrong count.
 // - mask test-faulty-mask: causal; fail: visible; garbage: too-many (more ranges than its
 //   max_ranges), reversed, overlap.
 // - eviction test-faulty-eviction: under pressure preempts the oldest sequence; fail: on_pressure
@@ -82,6 +82,10 @@ class FaultyStore final : public ForwardingStore {
   void unreserve(SeqId id, std::uint64_t tokens) override {
     fault_->strike("unreserve");
     inner_->unreserve(id, tokens);
+  }
+  void truncate(SeqId id, std::uint64_t tokens) override {
+    fault_->strike("truncate");
+    inner_->truncate(id, tokens);
   }
 
  private:

@@ -58,6 +58,11 @@ class KVCACHE_API Cache {
   SeqId add_sequence(std::int32_t priority = 50);
   void release(SeqId sequence);
   SeqId fork(SeqId parent);
+  // Rolls `sequence` back to its first `tokens` tokens (rejected draft tokens, a beam's or a
+  // conversation's rollback): what CacheStore::truncate says, and the next step's tokens take the
+  // positions of those given back. Refused for a member of the open step. All or nothing: past
+  // the length Error(invalid_argument), a state that cannot be given back Error(unsupported).
+  void truncate(SeqId sequence, std::uint64_t tokens);
 
   // Prefix cache: attach to an empty sequence the longest cached run of full pages for
   // token_ids (returns the tokens reused, already written for every layer); offer a sequence's

@@ -144,6 +144,22 @@ class CacheStore {
                                        std::to_string(sequence) + ", " + std::to_string(tokens) +
                                        " slots)");
   }
+  // Keeps the first `tokens` tokens of `sequence` and gives back the rest, as if they had never
+  // been reserved: pages past them return to the pool (cached if published), the positions are
+  // handed out again, and attention scores and a grouping format's held rows are as they were at
+  // that length, so appending again gives the bytes an append without the rolled-back tokens
+  // gives. A page shared with a fork or published as a prefix is never written through (the next
+  // reserve copies it). All or nothing: more tokens than held is Error(invalid_argument), a state
+  // that cannot be given back Error(unsupported). The default, for stores that predate it (ABI
+  // 1.8), gives back through unreserve, which refuses shared and published pages.
+  virtual void truncate(SeqId sequence, std::uint64_t tokens) {
+    const std::uint64_t held = length(sequence);
+    if (tokens > held)
+      throw Error(Code::invalid_argument, "cannot truncate sequence " + std::to_string(sequence) +
+                                              " to " + std::to_string(tokens) +
+                                              " tokens: it holds " + std::to_string(held));
+    unreserve(sequence, held - tokens);
+  }
   // Removes the tokens whose logical positions fall in `ranges` and compacts the sequence.
   // Returns how many tokens were removed.
   virtual std::uint64_t drop(SeqId sequence, std::span<const PositionRange> ranges) = 0;

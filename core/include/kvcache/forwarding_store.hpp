@@ -30,6 +30,9 @@ class ForwardingStore : public CacheStore {
   void unreserve(SeqId sequence, std::uint64_t tokens) override {
     inner_->unreserve(sequence, tokens);
   }
+  void truncate(SeqId sequence, std::uint64_t tokens) override {
+    inner_->truncate(sequence, tokens);
+  }
   std::uint64_t drop(SeqId sequence, std::span<const PositionRange> ranges) override {
     return inner_->drop(sequence, ranges);
   }

@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 #define KVC_ABI_MAJOR 1
-#define KVC_ABI_MINOR 7
+#define KVC_ABI_MINOR 8
 #define KVC_ENTRY_SYMBOL "kvcache_plugin_entry"
 
 /* ---- status ------------------------------------------------------------------------------- */
@@ -356,6 +356,10 @@ typedef struct kvc_store_table {
   int32_t (*export_page)(void* store, uint32_t page, void* out, uint64_t size, kvc_error* err);
   int32_t (*import_page)(void* store, const int32_t* token_ids, uint64_t n, const void* image,
                          uint64_t size, uint32_t* result, kvc_error* err);
+  /* ABI 1.8 (a 1.7 table ends before it; NULL is allowed, and then the host truncates through
+     unreserve): keeps the sequence's first `tokens` tokens, all or nothing (see
+     CacheStore::truncate). */
+  int32_t (*truncate)(void* store, uint64_t sequence, uint64_t tokens, kvc_error* err);
 } kvc_store_table;
 
 /* What import_page did (ABI 1.7). */

@@ -350,6 +350,22 @@ SeqId Cache::fork(SeqId parent) {
   return id;
 }
 
+void Cache::truncate(SeqId id, std::uint64_t tokens) {
+  const std::lock_guard lock(impl_->mutex);
+  impl_->refuse_for_step_member("truncate", id);
+  SequenceInfo& s = impl_->info(id);
+  const std::uint64_t held = impl_->store->length(id);
+  if (tokens > held)
+    throw Error(Code::invalid_argument, "truncate: sequence " + std::to_string(id) + " holds " +
+                                            std::to_string(held) + " tokens, cannot keep " +
+                                            std::to_string(tokens));
+  if (tokens == held) return;
+  const Position next = impl_->store->positions(id)[tokens];
+  impl_->store->truncate(id, tokens);
+  s.next_position = next;
+  s.last_used_step = impl_->step;
+}
+
 std::uint64_t Cache::match_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
   const std::lock_guard lock(impl_->mutex);
   impl_->refuse_for_step_member("match_prefix", id);

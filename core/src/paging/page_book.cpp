@@ -49,8 +49,7 @@ PageBook::PageBook(const StoreSpec& spec, PageMemory& memory)
       memory_(memory),
       pool_(page_count(spec_)),
       prefix_(pool_.total(), spec_.page_size),
-      positions_(std::size_t{pool_.total()} * spec_.page_size, Position{-1}),
-      fill_(pool_.total(), 0) {}
+      positions_(std::size_t{pool_.total()} * spec_.page_size, Position{-1}) {}
 
 PageBook::Sequence& PageBook::find(SeqId id) {
   const auto it = sequences_.find(id);
@@ -81,7 +80,6 @@ bool PageBook::fully_written(const Sequence& s) const {
 PageId PageBook::take_page() {
   if (pool_.free_count() == 0) prefix_.forget(pool_.evict_oldest_cached());
   const PageId page = pool_.allocate();
-  fill_[page] = 0;
   if (spec_.poison_unused) poison(page, 0);
   return page;
 }
@@ -99,7 +97,6 @@ void PageBook::make_private(Sequence& s, std::size_t i) {
   const PageId copy = take_page();
   memory_.copy_page(s.pages[i], copy);
   std::copy_n(slot_positions(s.pages[i]), spec_.page_size, slot_positions(copy));
-  fill_[copy] = fill_[s.pages[i]];
   release_page(s.pages[i]);
   s.pages[i] = copy;
 }
@@ -112,8 +109,16 @@ StoreStats PageBook::stats(std::uint64_t page_bytes) const {
   s.used_pages = pool_.used_count();
   s.sequences = sequences_.size();
   s.page_bytes = page_bytes;
-  for (PageId p = 0; p < pool_.total(); ++p)
-    if (pool_.refs(p) > 0) s.occupied_slots += fill_[p];
+  // A page's occupied slots: the most that any of its holders uses (a holder may have truncated
+  // into a page that another still uses whole).
+  std::vector<std::uint32_t> fill(pool_.total(), 0);
+  for (const auto& [id, seq] : sequences_)
+    for (std::size_t i = 0; i < seq.pages.size(); ++i)
+      fill[seq.pages[i]] =
+          std::max(fill[seq.pages[i]],
+                   static_cast<std::uint32_t>(std::min<std::uint64_t>(
+                       spec_.page_size, seq.length - std::uint64_t{i} * spec_.page_size)));
+  for (const std::uint32_t f : fill) s.occupied_slots += f;
   s.unused_slots = s.used_pages * spec_.page_size - s.occupied_slots;
   return s;
 }
@@ -122,8 +127,8 @@ SeqId PageBook::create() {
   Sequence s;
   s.written.assign(spec_.model.layers, 0);
   const std::size_t rows = std::size_t{spec_.model.layers} * spec_.model.kv_heads;
-  s.residual_k.assign(rows * k_group_ * spec_.model.head_dim, 0);
-  s.residual_v.assign(rows * v_group_ * spec_.model.head_dim, 0);
+  s.residual_k.assign(2 * rows * k_group_ * spec_.model.head_dim, 0);
+  s.residual_v.assign(2 * rows * v_group_ * spec_.model.head_dim, 0);
   sequences_.emplace(next_id_, std::move(s));
   return next_id_++;
 }
@@ -132,8 +137,10 @@ std::uint16_t* PageBook::residual_row(Sequence& s, std::uint32_t layer, std::uin
                                       bool value, std::uint64_t slot) const {
   const std::uint32_t group = token_group(value);
   std::vector<std::uint16_t>& residual = value ? s.residual_v : s.residual_k;
+  const std::size_t parity = slot / group % 2;
   return residual.data() +
-         ((std::size_t{layer} * spec_.model.kv_heads + head) * group + slot % group) *
+         (((parity * spec_.model.layers + layer) * spec_.model.kv_heads + head) * group +
+          slot % group) *
              spec_.model.head_dim;
 }
 
@@ -171,8 +178,7 @@ void PageBook::reserve(std::span<const SeqId> ids, std::span<const std::uint32_t
     const Sequence& s = sequences_.at(id);
     const std::uint64_t pages_after = (s.length + n + page_size - 1) / page_size;
     needed += pages_after - s.pages.size();
-    const bool shared_partial =
-        n > 0 && s.length % page_size != 0 && pool_.refs(s.pages.back()) > 1;
+    const bool shared_partial = n > 0 && s.length % page_size != 0 && frozen(s.pages.back());
     needed += shared_partial ? 1 : 0;  // copy-on-write of the last page
   }
   const std::uint64_t available = std::uint64_t{pool_.free_count()} + pool_.cached_count();
@@ -182,23 +188,29 @@ void PageBook::reserve(std::span<const SeqId> ids, std::span<const std::uint32_t
                     " available (" + std::to_string(pool_.free_count()) + " free, " +
                     std::to_string(pool_.cached_count()) + " cached); nothing was reserved");
   // All the memory the books need, before anything changes: a failure leaves nothing half done.
+  std::map<SeqId, Sequence::ScoreMark> marks;
   for (const auto& [id, n] : growth) {
     Sequence& s = sequences_.at(id);
     s.pages.reserve((s.length + n + page_size - 1) / page_size);
     s.scores.reserve(s.length + n);
+    if (n > 0 && std::any_of(s.scores.begin(), s.scores.end(), [](float x) { return x != 0; }))
+      marks.emplace(id, Sequence::ScoreMark{s.length, s.scores});
+  }
+  for (auto& [id, mark] : marks) {
+    std::deque<Sequence::ScoreMark>& kept = sequences_.at(id).score_marks;
+    kept.push_back(std::move(mark));  // a deque's growth never moves the marks it holds
+    if (kept.size() > kScoreMarks) kept.pop_front();
   }
   for (const auto& [id, n] : growth) {
     Sequence& s = sequences_.at(id);
     ++s.shape;
     if (n == 0) continue;
-    if (s.length % page_size != 0 && pool_.refs(s.pages.back()) > 1)
-      make_private(s, s.pages.size() - 1);
+    if (s.length % page_size != 0 && frozen(s.pages.back())) make_private(s, s.pages.size() - 1);
     for (std::uint64_t t = 0; t < n; ++t) {
       const std::uint64_t slot = s.length + t;
       if (slot % page_size == 0) s.pages.push_back(take_page());
       const PageId page = s.pages.back();
       slot_positions(page)[slot % page_size] = s.next_position++;
-      fill_[page] = static_cast<std::uint32_t>(slot % page_size + 1);
     }
     s.length += n;
     s.scores.resize(s.length, 0.0f);
@@ -225,42 +237,6 @@ std::vector<PageBook::Sequence*> PageBook::check_append(std::uint32_t layer,
     seqs.push_back(&s);
   }
   return seqs;
-}
-
-void PageBook::unreserve(SeqId id, std::uint64_t tokens) {
-  Sequence& s = find(id);
-  if (tokens > s.length)
-    throw Error(Code::invalid_argument, "cannot give back " + std::to_string(tokens) +
-                                            " slots of sequence " + std::to_string(id) +
-                                            ", which holds " + std::to_string(s.length));
-  if (tokens == 0) return;
-  const std::uint32_t page_size = spec_.page_size;
-  const std::uint64_t new_length = s.length - tokens;
-  for (std::size_t i = new_length / page_size; i < s.pages.size(); ++i)
-    if (pool_.refs(s.pages[i]) > 1 || prefix_.published(s.pages[i]))
-      throw Error(Code::invalid_argument,
-                  "cannot give back slots of sequence " + std::to_string(id) +
-                      ": they lie in a page that is shared or published as a prefix");
-  for (std::uint32_t layer = 0; layer < spec_.model.layers; ++layer)
-    for (const bool value : {false, true})
-      if (token_group(value) != 0 && held_from(s, layer, value) > new_length)
-        throw Error(Code::unsupported,
-                    "cannot give back slots of sequence " + std::to_string(id) + ": " +
-                        (value ? spec_.v_format : spec_.k_format) +
-                        " has already encoded the group of tokens they belong to");
-  ++s.shape;
-  s.next_position = positions_of(s.pages[new_length / page_size])[new_length % page_size];
-  const std::uint64_t new_pages = (new_length + page_size - 1) / page_size;
-  for (std::size_t i = new_pages; i < s.pages.size(); ++i) release_page(s.pages[i]);
-  s.pages.resize(new_pages);
-  if (new_pages > 0 && new_length % page_size != 0) {
-    const PageId last = s.pages.back();
-    fill_[last] = static_cast<std::uint32_t>(new_length % page_size);
-    if (spec_.poison_unused) poison(last, fill_[last]);
-  }
-  s.length = new_length;
-  for (std::uint64_t& w : s.written) w = std::min(w, new_length);
-  s.scores.resize(new_length);
 }
 
 std::uint64_t PageBook::drop(SeqId id, std::span<const PositionRange> ranges) {
@@ -324,10 +300,11 @@ std::uint64_t PageBook::drop(SeqId id, std::span<const PositionRange> ranges) {
   s.pages.resize(new_pages);
   if (new_pages > 0) {
     const PageId last = s.pages.back();
-    fill_[last] = static_cast<std::uint32_t>(new_length - (new_pages - 1) * page_size);
-    if (spec_.poison_unused) poison(last, fill_[last]);
+    if (spec_.poison_unused)
+      poison(last, static_cast<std::uint32_t>(new_length - (new_pages - 1) * page_size));
   }
   s.scores = std::move(scores);
+  s.score_marks.clear();  // slots moved: the marks' scores no longer line up with them
   const std::uint64_t removed = s.length - new_length;
   s.length = new_length;
   std::fill(s.written.begin(), s.written.end(), new_length);
@@ -390,6 +367,8 @@ std::uint64_t PageBook::match_prefix(SeqId id, std::span<const std::int32_t> tok
   }
   s.length = s.pages.size() * page_size;
   s.scores.assign(s.length, 0.0f);
+  s.score_marks.clear();
+  s.residual_from = s.length;
   s.next_position = static_cast<Position>(s.length);
   std::fill(s.written.begin(), s.written.end(), s.length);
   return s.length;
@@ -433,7 +412,6 @@ PageImport PageBook::import_page(std::span<const std::int32_t> token_ids,
   Position* at = slot_positions(page);
   for (std::uint32_t slot = 0; slot < page_size; ++slot)
     at[slot] = static_cast<Position>(index * page_size + slot);
-  fill_[page] = page_size;
   prefix_.publish(page, parent, hash, tokens);
   release_page(page);  // published: it stays, cached
   return PageImport::imported;

@@ -44,7 +44,17 @@ void PagedStoreBase::reserve(std::span<const SeqId> ids, std::span<const std::ui
 
 void PagedStoreBase::unreserve(SeqId id, std::uint64_t tokens) {
   std::unique_lock lock(mutex_);
-  book_.unreserve(id, tokens);
+  const std::uint64_t held = book_.find(id).length;
+  if (tokens > held)
+    throw Error(Code::invalid_argument, "cannot give back " + std::to_string(tokens) +
+                                            " slots of sequence " + std::to_string(id) +
+                                            ", which holds " + std::to_string(held));
+  book_.truncate(id, held - tokens);
+}
+
+void PagedStoreBase::truncate(SeqId id, std::uint64_t tokens) {
+  std::unique_lock lock(mutex_);
+  book_.truncate(id, tokens);
 }
 
 std::uint64_t PagedStoreBase::drop(SeqId id, std::span<const PositionRange> ranges) {

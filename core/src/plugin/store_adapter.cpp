@@ -109,6 +109,10 @@ class HostStore final : public CacheStore {
                   s_->who() + ": the store predates ABI 1.5 and cannot give back reserved slots");
     s_->call(&kvc_store_table::unreserve, id, uint64_t{tokens});
   }
+  void truncate(SeqId id, std::uint64_t tokens) override {
+    if (!s_->has(&kvc_store_table::truncate)) return CacheStore::truncate(id, tokens);
+    s_->call(&kvc_store_table::truncate, id, uint64_t{tokens});
+  }
   std::uint64_t lookup_prefix(std::span<const std::int32_t> tokens) const override {
     if (!s_->has(&kvc_store_table::lookup_prefix)) return 0;
     uint64_t n = 0;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -67,11 +68,26 @@ class PageBook {
     // Accumulated attention weight per slot. Kept per sequence, not per page: sequences that
     // share pages (fork, prefix) must not add to each other's scores.
     std::vector<float> scores;
-    // Rows a store holds back, for formats that encode groups of tokens (kivi-k): the group being
-    // filled, in fp16, [layer][kv_head][group][head_dim]. The book copies them on fork.
+    // The scores as they stood when each of the latest reserves began (a step), kept while the
+    // sequence has scores, so that truncate can give them back: a query's weights are summed
+    // into every key it saw and cannot be taken out again one query at a time.
+    struct ScoreMark {
+      std::uint64_t length;
+      std::vector<float> scores;
+    };
+    std::deque<ScoreMark> score_marks;
+    // Rows a store holds back, for formats that encode groups of tokens (kivi-k), in fp16,
+    // [group parity][layer][kv_head][group][head_dim]: the group being filled and, in the other
+    // parity, the one encoded last, so that truncate can reopen it bit for bit. The book copies
+    // them on fork. Slots before residual_from were never written through this sequence (a
+    // prefix match), so the residual holds no rows of theirs.
     std::vector<std::uint16_t> residual_k;
     std::vector<std::uint16_t> residual_v;
+    std::uint64_t residual_from = 0;
   };
+
+  // How many step starts of a sequence keep their scores for truncate (ScoreMark).
+  static constexpr std::size_t kScoreMarks = 16;
 
   // Validates the spec and sizes the pool from capacity_bytes / page_cost(spec).
   PageBook(const StoreSpec& spec, PageMemory& memory);
@@ -90,11 +106,15 @@ class PageBook {
   // `counts[i]` reserved unwritten slots in `layer`. The caller advances `written` when done.
   std::vector<Sequence*> check_append(std::uint32_t layer, std::span<const SeqId> ids,
                                       std::span<const std::uint32_t> counts);
-  // Gives back the newest `tokens` reserved slots of `id`, written or not, as if they had never
-  // been reserved (a step that did not finish): pages past the new length return to the pool and
-  // the positions are handed out again. All or nothing: refused when a slot given back lies in a
-  // shared or published page, or, for a format that groups tokens, in a group already encoded.
-  void unreserve(SeqId id, std::uint64_t tokens);
+  // Keeps the first `tokens` slots of `id` and gives back the rest, written or not, as if they
+  // had never been reserved (a rollback, or a step that did not finish): pages past the new
+  // length return to the pool (cached if published), positions are handed out again, and the
+  // scores and a grouping format's residual rows are as they were at that length. A page kept in
+  // part that is shared (a fork) or published is left as it is; the next reserve copies it. All
+  // or nothing: refused (Error(unsupported)) when scores cannot be given back (the length is not
+  // one where one of the last kScoreMarks steps began) or a grouping format would have to reopen
+  // a group older than the one it encoded last.
+  void truncate(SeqId id, std::uint64_t tokens);
   // Error(unsupported) for a format that groups tokens: its scales span a group.
   std::uint64_t drop(SeqId id, std::span<const PositionRange> ranges);
   std::vector<Position> positions(SeqId id) const;
@@ -114,7 +134,14 @@ class PageBook {
     const std::uint32_t g = token_group(value);
     return g == 0 ? s.written[layer] : s.written[layer] / g * g;
   }
-  // The fp16 residual row of (layer, head, K or V) for `slot` of its group being filled.
+  // The first slot whose fp16 row a store keeps in the residual after an append that ends at
+  // slot `end`: the rows of the group being filled and of the one before it (for truncate).
+  std::uint64_t kept_rows_from(std::uint64_t end, bool value) const {
+    const std::uint64_t g = token_group(value), filling = end / g * g;
+    return filling >= g ? filling - g : 0;
+  }
+  // The fp16 residual row of (layer, head, K or V) for `slot` of the group being filled or of the
+  // one encoded last.
   std::uint16_t* residual_row(Sequence& s, std::uint32_t layer, std::uint32_t head, bool value,
                               std::uint64_t slot) const;
   const std::uint16_t* residual_row(const Sequence& s, std::uint32_t layer, std::uint32_t head,
@@ -136,6 +163,10 @@ class PageBook {
 
  private:
   bool fully_written(const Sequence& s) const;
+  // A page that must not be written through: shared with another sequence or published.
+  bool frozen(PageId page) const { return pool_.refs(page) > 1 || prefix_.published(page); }
+  // truncate's checks: Error(unsupported) unless `s` can be cut to `keep` slots.
+  void check_truncate(SeqId id, const Sequence& s, std::uint64_t keep) const;
   // A page for writing: a free one, else the oldest cached one (forgotten by the prefix index).
   PageId take_page();
   void release_page(PageId page);
@@ -157,7 +188,6 @@ class PageBook {
   PagePool pool_;
   PrefixIndex prefix_;
   std::vector<Position> positions_;  // [page][slot]
-  std::vector<std::uint32_t> fill_;  // occupied slots per page
   std::unordered_map<SeqId, Sequence> sequences_;
   SeqId next_id_ = 1;
   struct {

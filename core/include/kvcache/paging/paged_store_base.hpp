@@ -23,6 +23,7 @@ class PagedStoreBase : public CacheStore, protected PageMemory {
   SeqId fork(SeqId parent) override;
   void reserve(std::span<const SeqId> sequences, std::span<const std::uint32_t> tokens) override;
   void unreserve(SeqId sequence, std::uint64_t tokens) override;
+  void truncate(SeqId sequence, std::uint64_t tokens) override;
   std::uint64_t drop(SeqId sequence, std::span<const PositionRange> ranges) override;
   std::uint64_t length(SeqId sequence) const override;
   std::uint64_t written(SeqId sequence, std::uint32_t layer) const override;

@@ -77,6 +77,9 @@ struct StoreThunks {
   static int32_t unreserve(void* s, uint64_t id, uint64_t tokens, kvc_error* err) noexcept {
     return guard(err, [&] { store(s).unreserve(id, tokens); });
   }
+  static int32_t truncate(void* s, uint64_t id, uint64_t tokens, kvc_error* err) noexcept {
+    return guard(err, [&] { store(s).truncate(id, tokens); });
+  }
   static int32_t lookup_prefix(void* s, const int32_t* tokens, uint64_t n, uint64_t* out,
                                kvc_error* err) noexcept {
     return guard(err,
@@ -188,7 +191,8 @@ struct StoreThunks {
                                          &unreserve,
                                          &lookup_prefix,
                                          &export_page,
-                                         &import_page};
+                                         &import_page,
+                                         &truncate};
 };
 
 }  // namespace kvcache::sdk::detail
