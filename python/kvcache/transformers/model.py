@@ -3,7 +3,7 @@ or why kvcache cannot be its cache."""
 
 import math
 
-from kvcache.errors import ConfigError
+from kvcache.errors import ConfigError, Unsupported
 
 
 def _text(config, *names, default=None):
@@ -102,6 +102,10 @@ def sections(config, user):
     fmt = out.get("format")
     if isinstance(fmt, str):  # one format for K and V
         out["format"] = {"k": fmt, "v": fmt}
+    mask = out.get("mask")
+    if isinstance(mask, dict) and mask.get("positions") == "cache" and "rope" not in model:
+        raise Unsupported(f"mask {mask.get('name')} with positions: cache turns queries by the "
+                          f"model's RoPE, and {type(config).__name__} has none kvcache can state")
     w = window(config)
     if w is not None:
         mask = out.get("mask")
