@@ -10,11 +10,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "gpu_emulator_plugin.hpp"
 #include "kvcache/cache.hpp"
 #include "kvcache/config.hpp"
 #include "kvcache/host_tensor.hpp"
-#include "kvcache/registry.hpp"
+#include "test_registry.hpp"
 
 namespace kvcache {
 namespace {
@@ -22,13 +21,7 @@ namespace {
 using ::testing::HasSubstr;
 
 std::shared_ptr<const Registry> registry() {
-  static const auto r = [] {
-    PluginSettings settings;
-    if (const std::string emulator = testing::gpu_emulator_plugin(); !emulator.empty())
-      settings.paths.push_back({emulator, true, {}});
-    return Registry::load(settings);
-  }();
-  return r;
+  return testing::test_registry();
 }
 
 constexpr std::uint32_t kLayers = 2, kQHeads = 4, kKvHeads = 2, kDim = 32;
