@@ -13,6 +13,7 @@ without prefix reuse, in one process or across two through Redis.
 """
 
 import argparse
+import gc
 import json
 import os
 import shutil
@@ -47,16 +48,19 @@ def kv_bytes(cache):
     """Bytes of K/V a cache holds now: kvcache's pages in use, or transformers' tensors."""
     if isinstance(cache, kt.KVCache):
         return cache.kv.stats()["used_pages"] * cache.kv.info()["page_bytes"]
-    total = 0
-    for layer in cache.layers:
-        for name in ("keys", "values", "_quantized_keys", "_quantized_values"):
-            t = getattr(layer, name, None)
-            if isinstance(t, torch.Tensor):
-                total += t.numel() * t.element_size()
-            elif t is not None and hasattr(t, "_data"):  # quanto's packed tensors
-                total += sum(x.numel() * x.element_size() for x in
-                             (t._data, t._scale, getattr(t, "_shift", t._scale)))
-    return total
+    return sum(tensor_bytes(getattr(layer, name, None)) for layer in cache.layers
+               for name in ("keys", "values", "_quantized_keys", "_quantized_values"))
+
+
+def tensor_bytes(t):
+    """Storage of a tensor; quanto's tensors subclass torch.Tensor but report their unpacked
+    shape and dtype, so their parts (packed data, scale, shift) are counted instead."""
+    if t is None:
+        return 0
+    parts = [getattr(t, name) for name in ("_data", "_scale", "_shift") if hasattr(t, name)]
+    if parts:
+        return sum(tensor_bytes(x) for x in parts)
+    return t.numel() * t.element_size() if isinstance(t, torch.Tensor) else 0
 
 
 # ---- perplexity ---------------------------------------------------------------------------
@@ -171,11 +175,17 @@ def run_decode(args):
             prompt = torch.randint(3, 49000, (batch, length))
             cases = [("DynamicCache + sdpa, fp32", ref_model,
                       lambda: DynamicCache(config=ref_model.config))]
+            # The pool of fp16 pages that the batch needs, and a quarter more: a pool is taken
+            # from the host whole, so one sized for the largest case would not fit twice.
+            need = batch * (length + args.tokens) * ref_model.config.num_hidden_layers * \
+                ref_model.config.num_key_value_heads * ref_model.config.head_dim * 2 * 2
+            capacity = f"{need * 1.25 / 2**20 + 64:.0f}MiB"
             for fmt in ("fp16", "int8-per-token", "int4-group"):
                 cases.append((f"kvcache {fmt}", kv_model,
-                              lambda fmt=fmt: kv_cache(kv_model, capacity="6GiB", format=fmt)))
+                              lambda fmt=fmt: kv_cache(kv_model, capacity=capacity, format=fmt)))
             for name, model, make in cases:
                 rate, peak, _ = decode_rate(model, make(), prompt, args.tokens)
+                gc.collect()  # the last case's pool goes back before the next one is taken
                 row = {"prompt": length, "batch": batch, "cache": name,
                        "tokens_per_s": rate, "peak_kv_bytes": peak}
                 rows.append(row)
