@@ -1,9 +1,14 @@
 // `kvcache plan`: the seed's memory formula made useful. For each storage format (scales
 // counted) and for MHA / GQA / MQA: KV bytes for the batch and context, pages and last-page
 // waste for the page size, and the largest batch that fits the memory left after the weights.
+// A hybrid preset's local and global layers keep different tokens: each group's bytes too.
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -35,15 +40,46 @@ struct PlanFlags {
   bool json = false;
 };
 
+// Layers that keep the same tokens: all of a model's, or a hybrid model's local and global ones.
+struct Group {
+  std::string name;  // "all", "local", "global"
+  std::string mask;  // what its layers see
+  std::uint32_t layers = 0;
+  std::uint64_t tokens_kept = 0;  // per sequence
+  std::uint64_t pages = 0;        // per sequence
+};
+
+std::uint64_t pages_for(std::uint64_t tokens, std::uint32_t page_size) {
+  // Rounded up without tokens + page_size - 1, which wraps for a context near 2^64.
+  return tokens / page_size + (tokens % page_size != 0 ? 1 : 0);
+}
+
+// A local layer keeps what any future query's window can reach: the last `window` tokens, which
+// span at most window / page + 1 pages, since a page is freed once its last slot falls behind.
+std::vector<Group> layer_groups(const ModelPreset& preset, std::uint32_t layers,
+                                std::uint64_t tokens, std::uint32_t page_size) {
+  const LocalLayers& local = preset.layers;
+  const std::uint64_t all = pages_for(tokens, page_size);
+  if (local.local == 0) return {{"all", "causal", layers, tokens, all}};
+  std::uint32_t globals = 0;
+  for (std::uint32_t layer = 0; layer < layers; ++layer) globals += local.global(layer) ? 1 : 0;
+  const std::uint64_t window_pages = std::min(all, pages_for(local.window, page_size) + 1);
+  return {{"local", "sliding-window " + std::to_string(local.window), layers - globals,
+           std::min(tokens, window_pages * page_size), window_pages},
+          {"global", "causal", globals, tokens, all}};
+}
+
 struct Row {
   std::string format;
   std::string attention;  // MHA, GQA, MQA
   std::uint32_t kv_heads;
-  std::uint64_t bytes_per_token;  // all layers, K and V, scales included
-  std::uint64_t kv_bytes;         // for the batch
-  std::uint64_t pages;            // for the batch
-  std::uint64_t last_page_waste;  // unused token slots in each sequence's last page
-  std::uint64_t max_batch;
+  std::uint64_t bytes_per_token;      // a token in every layer, K and V, scales included
+  std::uint64_t kv_bytes = 0;         // for the batch
+  std::uint64_t pages = 0;            // for the batch, one page per group's layers
+  std::uint64_t last_page_waste = 0;  // unused token slots in each sequence's last global page
+  std::uint64_t max_batch = 0;
+  std::uint64_t all_global_kv_bytes = 0;  // the same model with every layer global
+  std::vector<std::pair<Group, std::uint64_t>> groups = {};  // and each one's KV bytes
 };
 
 std::string human(double bytes) {
@@ -51,6 +87,18 @@ std::string human(double bytes) {
   int u = 0;
   while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;
   return fmt::format("{:.1f} {}", bytes, units[u]);
+}
+
+nlohmann::json group_json(const std::vector<std::pair<Group, std::uint64_t>>& groups) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [g, bytes] : groups)
+    out.push_back({{"name", g.name},
+                   {"mask", g.mask},
+                   {"layers", g.layers},
+                   {"tokens_kept", g.tokens_kept},
+                   {"pages", g.pages},
+                   {"kv_bytes", bytes}});
+  return out;
 }
 
 void run_plan(const PlanFlags& f) {
@@ -76,10 +124,17 @@ void run_plan(const PlanFlags& f) {
   if (weights >= memory)
     throw Error(Code::invalid_argument, "--weights leaves no memory for the cache");
   const std::uint64_t tokens = f.window ? std::min(f.context, *f.window) : f.context;
-  // Rounded up without tokens + page_size - 1, which wraps for a context near 2^64 (and then
-  // divided by zero below).
-  const std::uint64_t pages_per_sequence =
-      tokens / f.page_size + (tokens % f.page_size != 0 ? 1 : 0);
+  const std::vector<Group> groups = layer_groups(*preset, m.layers, tokens, f.page_size);
+  const auto checked = [&](std::uint64_t a, std::uint64_t b, bool sum = false) {
+    std::uint64_t result = 0;
+    if (sum ? __builtin_add_overflow(a, b, &result) : __builtin_mul_overflow(a, b, &result))
+      throw Error(Code::invalid_argument, "the cache for " + std::to_string(f.batch) + " x " +
+                                              std::to_string(tokens) +
+                                              " tokens exceeds 2^64 bytes");
+    return result;
+  };
+  std::uint64_t global_pages = 0;  // per sequence, every layer kept as a global one
+  for (const Group& g : groups) global_pages = std::max(global_pages, g.pages);
 
   std::vector<std::pair<std::string, std::uint32_t>> layouts = {{"MHA", m.q_heads}};
   if (m.kv_heads != m.q_heads && m.kv_heads != 1) layouts.emplace_back("GQA", m.kv_heads);
@@ -93,17 +148,22 @@ void run_plan(const PlanFlags& f) {
       continue;  // e.g. kivi-k's group does not divide this page size
     }
     for (const auto& [label, kv_heads] : layouts) {
-      const std::uint64_t page_bytes = std::uint64_t{m.layers} * kv_heads * 2 * layout.tile_bytes;
-      std::uint64_t per_sequence = 0, total = 0, pages = 0;
-      if (__builtin_mul_overflow(pages_per_sequence, page_bytes, &per_sequence) ||
-          __builtin_mul_overflow(per_sequence, f.batch, &total) ||
-          __builtin_mul_overflow(pages_per_sequence, f.batch, &pages))
-        throw Error(Code::invalid_argument, "the cache for " + std::to_string(f.batch) + " x " +
-                                                std::to_string(tokens) +
-                                                " tokens exceeds 2^64 bytes");
-      rows.push_back({name, label, kv_heads, page_bytes / f.page_size, total, pages,
-                      pages_per_sequence * f.page_size - tokens,
-                      (memory - weights) / per_sequence});
+      // A page of one layer: K and V tiles of every KV head.
+      const std::uint64_t layer_page = std::uint64_t{kv_heads} * 2 * layout.tile_bytes;
+      Row row{name, label, kv_heads, m.layers * layer_page / f.page_size};
+      std::uint64_t per_sequence = 0;
+      for (const Group& g : groups) {
+        const std::uint64_t bytes = checked(g.pages, std::uint64_t{g.layers} * layer_page);
+        row.groups.push_back({g, checked(bytes, f.batch)});
+        per_sequence = checked(per_sequence, bytes, true);
+        row.pages = checked(row.pages, checked(g.pages, f.batch), true);
+      }
+      row.kv_bytes = checked(per_sequence, f.batch);
+      row.all_global_kv_bytes =
+          checked(checked(global_pages, std::uint64_t{m.layers} * layer_page), f.batch);
+      row.last_page_waste = global_pages * f.page_size - tokens;
+      row.max_batch = (memory - weights) / per_sequence;
+      rows.push_back(std::move(row));
     }
   }
   if (f.json) {
@@ -127,7 +187,9 @@ void run_plan(const PlanFlags& f) {
                              {"kv_bytes", r.kv_bytes},
                              {"pages", r.pages},
                              {"last_page_waste_tokens", r.last_page_waste},
-                             {"max_batch", r.max_batch}});
+                             {"max_batch", r.max_batch},
+                             {"all_global_kv_bytes", r.all_global_kv_bytes},
+                             {"groups", group_json(r.groups)}});
     std::cout << out.dump(2) << '\n';
     return;
   }
@@ -137,14 +199,22 @@ void run_plan(const PlanFlags& f) {
       model_name, m.layers, m.q_heads, m.kv_heads, m.head_dim, f.batch, f.context,
       f.window ? fmt::format(" (window keeps {})", tokens) : "", f.page_size, human(double(memory)),
       human(double(weights)), human(double(memory - weights)));
-  std::cout << fmt::format("{:<16} {:<4} {:>4} {:>12} {:>12} {:>10} {:>10} {:>10}\n", "format",
-                           "attn", "kv", "per token", "KV bytes", "pages", "last page",
-                           "max batch");
+  const bool hybrid = groups.size() > 1;
+  if (hybrid) {
+    for (const Group& g : groups)
+      std::cout << fmt::format("{} layers: {} ({}), each keeps {} tokens a sequence\n", g.name,
+                               g.layers, g.mask, g.tokens_kept);
+    std::cout << '\n';
+  }
+  std::cout << fmt::format("{:<16} {:<4} {:>4} {:>12} {:>12} {:>10} {:>10} {:>10}{}\n", "format",
+                           "attn", "kv", "per token", "KV bytes", "pages", "last page", "max batch",
+                           hybrid ? fmt::format(" {:>12}", "all global") : "");
   for (const Row& r : rows)
-    std::cout << fmt::format("{:<16} {:<4} {:>4} {:>12} {:>12} {:>10} {:>10} {:>10}\n", r.format,
-                             r.attention, r.kv_heads, human(double(r.bytes_per_token)),
-                             human(double(r.kv_bytes)), r.pages,
-                             fmt::format("{} free", r.last_page_waste), r.max_batch);
+    std::cout << fmt::format(
+        "{:<16} {:<4} {:>4} {:>12} {:>12} {:>10} {:>10} {:>10}{}\n", r.format, r.attention,
+        r.kv_heads, human(double(r.bytes_per_token)), human(double(r.kv_bytes)), r.pages,
+        fmt::format("{} free", r.last_page_waste), r.max_batch,
+        hybrid ? fmt::format(" {:>12}", human(double(r.all_global_kv_bytes))) : "");
 }
 
 }  // namespace
@@ -155,7 +225,8 @@ void add_plan_command(CLI::App& app) {
       app.add_subcommand("plan", "KV cache memory per format, attention layout and batch");
   examples(plan, {"kvcache plan --preset llama-3-70b --context 32768 --batch 16",
                   "kvcache plan --memory 24GiB --weights 16GiB --json",
-                  "kvcache plan --preset mistral-7b --window 4096"});
+                  "kvcache plan --preset mistral-7b --window 4096",
+                  "kvcache plan --preset gemma-3-27b --context 32768"});
   plan->add_option("--preset", f->preset, preset_names())->capture_default_str();
   plan->add_option("--layers", f->layers, "override the preset's layers")
       ->check(positive(f->layers));

@@ -97,6 +97,18 @@ struct RemoteSettings {
   SourceLocation where;                      // of the section
 };
 
+// One group of a `layers:` section (docs/configuration.md#layers): layers that attend under
+// one mask and store K and V in one pair of formats. What a group does not name is the
+// top-level section's, filled in once every source is read.
+struct LayerGroup {
+  std::string name;
+  ComponentChoice mask;
+  ComponentChoice k_format;
+  ComponentChoice v_format;
+  std::vector<std::uint32_t> layers;  // ascending, at least one
+  SourceLocation where;               // of the group's entry
+};
+
 struct Config {
   std::string origin;  // file path or "<embedded default>"
   ModelShape model;
@@ -118,6 +130,9 @@ struct Config {
   ComponentChoice v_quantizer;
   ComponentChoice mask;
   ComponentChoice eviction;  // name "none": no eviction
+  // Two or more groups, which cover every layer once; empty: every layer attends under `mask`
+  // and stores in k_quantizer / v_quantizer (a section of one group says the same).
+  std::vector<LayerGroup> layer_groups;
   PluginSettings plugins;
   std::optional<RemoteSettings> remote;
   std::vector<Diagnostic> warnings;  // e.g. an unknown KVCACHE_* variable

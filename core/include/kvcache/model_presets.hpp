@@ -14,11 +14,21 @@
 
 namespace kvcache {
 
+// A hybrid model's layers: runs of `local` sliding-window layers (the last `window` positions),
+// each run followed by one global layer, repeated over the layers (Gemma 3: 5 of 1,024, then 1;
+// GPT-OSS: 1 of 128, then 1). local == 0: every layer is global.
+struct LocalLayers {
+  std::uint32_t local = 0;
+  std::uint32_t window = 0;
+  bool global(std::uint32_t layer) const { return local == 0 || layer % (local + 1) == local; }
+};
+
 struct ModelPreset {
   std::string name;
   ModelShape shape;
-  Rope rope;
+  Rope rope;  // a hybrid model's global layers' (its local ones may turn by another theta)
   std::uint64_t context = 0;  // tokens the model was trained on
+  LocalLayers layers = {};
 };
 
 KVCACHE_API const std::vector<ModelPreset>& model_presets();

@@ -242,6 +242,15 @@ void attach_tier(Cache::Impl& impl, const RemoteSettings& remote, const Config& 
 }  // namespace
 
 std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const Registry> registry) {
+  if (!config.layer_groups.empty()) {
+    std::string groups;
+    for (const LayerGroup& group : config.layer_groups)
+      groups += (groups.empty() ? "" : ", ") + group.name;
+    throw Error(Code::unsupported,
+                "layers: a cache of several layer groups (" + groups +
+                    ") is not built yet; `kvcache config check` and `kvcache plan` read them, "
+                    "Cache::open takes one mask and one pair of formats for every layer");
+  }
   auto impl = std::make_unique<Impl>();
   impl->registry = registry;
   std::string why;

@@ -16,6 +16,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "config/layers_reader.hpp"
 #include "config/text_check.hpp"
 #include "config/yaml_reader.hpp"
 #include "kvcache/model_presets.hpp"
@@ -29,6 +30,10 @@ extern const char* const default_config_text;
 namespace {
 
 using detail::Field;
+using detail::layer_ranges;
+using detail::LayersSection;
+using detail::read_layers;
+using detail::resolve_layers;
 using detail::text_fault;
 using detail::YamlReader;
 
@@ -109,8 +114,6 @@ class Overlay {
   bool formats_given_ = false;  // one of format and quantizer, once
   void backend_list(YamlReader& reader, const Field& value);
   static std::optional<PluginPath> plugin_path(YamlReader& reader, const Field& item);
-  // True if `choice` was replaced.
-  static bool component(YamlReader& reader, const Field& field, ComponentChoice& choice);
 
   Config& config_;
   std::vector<Diagnostic>& errors_;
@@ -118,6 +121,8 @@ class Overlay {
   SourceLocation q_heads_where_;
   SourceLocation kv_heads_where_;
   bool head_count_unreadable_ = false;
+  // The last `layers` section read, laid over the model by check().
+  std::optional<LayersSection> layers_;
 };
 
 void Overlay::apply_yaml(std::string_view text, const std::string& origin) {
@@ -129,7 +134,8 @@ void Overlay::apply_yaml(std::string_view text, const std::string& origin) {
   formats_given_ = false;  // per document: each may restate what the one before it said
   reader.for_each_entry(
       reader.root(*document),
-      {"model", "backend", "cache", "format", "quantizer", "mask", "eviction", "plugins", "remote"},
+      {"model", "backend", "cache", "format", "quantizer", "mask", "eviction", "layers", "plugins",
+       "remote"},
       [&](const std::string& name, const Field& value) { section(reader, name, value); });
 }
 
@@ -159,7 +165,7 @@ void Overlay::section(YamlReader& reader, const std::string& name, const Field& 
     }
     // A plain name sets both; a mapping sets the ones it names.
     if (value.node.IsScalar()) {
-      if (component(reader, value, config_.k_quantizer)) config_.v_quantizer = config_.k_quantizer;
+      if (reader.component(value, config_.k_quantizer)) config_.v_quantizer = config_.k_quantizer;
     } else if (value.node.IsMap()) {
       reader.for_each_entry(value, {"k", "v"}, visit(&Overlay::quantizer_key));
     } else {
@@ -167,9 +173,11 @@ void Overlay::section(YamlReader& reader, const std::string& name, const Field& 
                               detail::describe(value.node));
     }
   } else if (name == "mask") {
-    component(reader, value, config_.mask);
+    reader.component(value, config_.mask);
   } else if (name == "eviction") {
-    component(reader, value, config_.eviction);
+    reader.component(value, config_.eviction);
+  } else if (name == "layers") {
+    layers_ = read_layers(reader, value);
   } else if (name == "plugins") {
     reader.for_each_entry(value, {"paths", "required"}, visit(&Overlay::plugins_key));
   } else if (name == "remote") {
@@ -194,7 +202,7 @@ void Overlay::remote_key(YamlReader& reader, RemoteSettings& remote, const std::
     if (const auto n = reader.positive_int(f)) out = *n;
   };
   if (key == "transport") {
-    component(reader, value, remote.transport);
+    reader.component(value, remote.transport);
   } else if (key == "endpoints") {
     const auto items = reader.items(value, "a list of endpoints");
     if (!items) return;
@@ -361,7 +369,7 @@ void Overlay::cache_key(YamlReader& reader, const std::string& key, const Field&
 }
 
 void Overlay::quantizer_key(YamlReader& reader, const std::string& key, const Field& value) {
-  component(reader, value, key == "k" ? config_.k_quantizer : config_.v_quantizer);
+  reader.component(value, key == "k" ? config_.k_quantizer : config_.v_quantizer);
 }
 
 void Overlay::plugins_key(YamlReader& reader, const std::string& key, const Field& value) {
@@ -409,7 +417,7 @@ void Overlay::backend_list(YamlReader& reader, const Field& value) {
   std::vector<ComponentChoice> backends(entries.size());
   bool ok = true;
   for (std::size_t i = 0; i < entries.size(); ++i)
-    ok = component(reader, entries[i], backends[i]) && ok;
+    ok = reader.component(entries[i], backends[i]) && ok;
   if (!ok) return;
   config_.backends = std::move(backends);
   config_.backends_where = value.where;
@@ -446,45 +454,6 @@ std::optional<PluginPath> Overlay::plugin_path(YamlReader& reader, const Field& 
   if (!has_path) reader.error(item, "missing key 'path'");
   if (!has_path || !ok) return std::nullopt;
   return result;
-}
-
-// A component is "NAME" or {name: NAME, <options>}; it replaces the whole previous choice.
-bool Overlay::component(YamlReader& reader, const Field& field, ComponentChoice& choice) {
-  const std::string expected = "a name or a mapping with 'name' and options";
-  if (field.node.IsScalar()) {
-    auto name = reader.text(field, "a name");
-    if (name) choice = {.name = std::move(*name), .where = field.where};
-    return name.has_value();
-  }
-  if (!field.node.IsMap()) {
-    reader.error(field, "expected " + expected + ", got " + detail::describe(field.node));
-    return false;
-  }
-  ComponentChoice result;
-  bool has_name = false;
-  bool ok = true;
-  reader.for_each_entry(field, {}, [&](const std::string& key, const Field& value) {
-    if (key == "name") {
-      auto name = reader.text(value, "a name");
-      has_name = true;
-      ok = ok && name.has_value();
-      if (name) {
-        result.name = std::move(*name);
-        result.where = value.where;
-      }
-      return;
-    }
-    auto option = reader.json(value);
-    ok = ok && option.has_value();
-    if (option) {
-      result.options[key] = std::move(*option);
-      result.option_where[key] = value.where;
-    }
-  });
-  if (!has_name) reader.error(field, "missing key 'name': expected " + expected);
-  if (!has_name || !ok) return false;
-  choice = std::move(result);
-  return true;
 }
 
 void Overlay::apply_environment(const Environment& env) {
@@ -545,12 +514,13 @@ void Overlay::apply_environment(const Environment& env) {
     if (section == "model") model_key(reader, key, field);
     if (section == "cache") cache_key(reader, key, field);
     if (section == "format") quantizer_key(reader, key, field);
-    if (section == "mask") component(reader, field, config_.mask);
-    if (section == "eviction") component(reader, field, config_.eviction);
+    if (section == "mask") reader.component(field, config_.mask);
+    if (section == "eviction") reader.component(field, config_.eviction);
   }
 }
 
 void Overlay::check() {
+  if (layers_) resolve_layers(*layers_, config_, errors_);
   if (config_.remote && config_.remote->transport.name.empty())
     errors_.push_back({Diagnostic::Severity::error, config_.remote->where, "remote.transport",
                        "the shared tier needs a transport (e.g. transport: memory)"});
@@ -777,6 +747,24 @@ std::string to_yaml(const Config& config) {
   emit_component(out, config.mask);
   out << YAML::Key << "eviction" << YAML::Value << YAML::Flow;
   emit_component(out, config.eviction);
+  if (!config.layer_groups.empty()) {
+    out << YAML::Key << "layers" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "groups" << YAML::Value << YAML::BeginMap;
+    for (const LayerGroup& group : config.layer_groups) {
+      out << YAML::Key << group.name << YAML::Value << YAML::Flow << YAML::BeginMap;
+      out << YAML::Key << "mask" << YAML::Value;
+      emit_component(out, group.mask);
+      out << YAML::Key << "format" << YAML::Value << YAML::BeginMap;
+      out << YAML::Key << "k" << YAML::Value;
+      emit_component(out, group.k_format);
+      out << YAML::Key << "v" << YAML::Value;
+      emit_component(out, group.v_format);
+      out << YAML::EndMap;
+      out << YAML::Key << "layers" << YAML::Value << layer_ranges(group.layers);
+      out << YAML::EndMap;
+    }
+    out << YAML::EndMap << YAML::EndMap;
+  }
   // env_paths are left out: they come from KVCACHE_PLUGIN_PATH, not from a file.
   out << YAML::Key << "plugins" << YAML::Value << YAML::Flow << YAML::BeginMap;
   out << YAML::Key << "paths" << YAML::Value << YAML::BeginSeq;

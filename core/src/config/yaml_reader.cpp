@@ -281,4 +281,42 @@ std::optional<nlohmann::json> YamlReader::json(const Field& field) {
   return result;
 }
 
+bool YamlReader::component(const Field& field, ComponentChoice& choice) {
+  const std::string expected = "a name or a mapping with 'name' and options";
+  if (field.node.IsScalar()) {
+    auto name = text(field, "a name");
+    if (name) choice = {.name = std::move(*name), .where = field.where};
+    return name.has_value();
+  }
+  if (!field.node.IsMap()) {
+    error(field, "expected " + expected + ", got " + detail::describe(field.node));
+    return false;
+  }
+  ComponentChoice result;
+  bool has_name = false;
+  bool ok = true;
+  for_each_entry(field, {}, [&](const std::string& key, const Field& value) {
+    if (key == "name") {
+      auto name = text(value, "a name");
+      has_name = true;
+      ok = ok && name.has_value();
+      if (name) {
+        result.name = std::move(*name);
+        result.where = value.where;
+      }
+      return;
+    }
+    auto option = json(value);
+    ok = ok && option.has_value();
+    if (option) {
+      result.options[key] = std::move(*option);
+      result.option_where[key] = value.where;
+    }
+  });
+  if (!has_name) error(field, "missing key 'name': expected " + expected);
+  if (!has_name || !ok) return false;
+  choice = std::move(result);
+  return true;
+}
+
 }  // namespace kvcache::detail

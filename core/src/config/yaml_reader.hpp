@@ -67,6 +67,9 @@ class YamlReader {
   std::optional<std::uint64_t> size(const Field& field);
   // Any value as JSON (scalars by scalar_to_json unless quoted; lists and mappings nested).
   std::optional<nlohmann::json> json(const Field& field);
+  // A component, "NAME" or {name: NAME, <options>}: replaces the whole of `choice` and returns
+  // true, or reports what is wrong and leaves it.
+  bool component(const Field& field, ComponentChoice& choice);
 
  private:
   std::vector<Field> elements(const Field& sequence) const;
