@@ -44,6 +44,11 @@ const Registry& registry() {
   return *s.registry;
 }
 
+std::shared_ptr<const Registry> shared_registry() {
+  registry();
+  return state().registry;
+}
+
 std::vector<std::string> backend_names() {
   if (!setup().backend.empty()) return {setup().backend};
   std::vector<std::string> names = found_backends();

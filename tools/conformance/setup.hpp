@@ -26,6 +26,7 @@ struct Setup {
 void configure(Setup setup);
 const Setup& setup();
 const Registry& registry();
+std::shared_ptr<const Registry> shared_registry();  // the same, for Cache::open
 
 // The backends the cases run on: the chosen one, or every backend the registry found that is
 // available here. One that is not (a GPU backend without a device) gets one case that skips

@@ -21,6 +21,7 @@
 #include "kvcache/eviction.hpp"
 #include "kvcache/eviction_report.hpp"
 #include "kvcache/export.hpp"
+#include "kvcache/mask.hpp"
 #include "kvcache/registry.hpp"
 #include "kvcache/remote/tier_stats.hpp"
 #include "kvcache/step.hpp"
@@ -33,6 +34,23 @@ KVCACHE_API StoreSpec store_spec(const Config& config);
 // The same, with the codec of each format that is not built in made from its registry
 // component, so that any store (and page_cost) can run it.
 KVCACHE_API StoreSpec store_spec(const Config& config, const Registry& registry);
+
+// A layer group of a cache (config `layers`, docs/configuration.md#layers): layers that share a
+// mask, formats and a page table. A uniform cache has one group, "all", of every layer.
+struct LayerGroupInfo {
+  std::string name;
+  std::vector<std::uint32_t> layers;  // the model's layers, ascending
+  MaskDescription mask;
+  // After each step the group frees a sequence's pages that every later query's window has
+  // left behind (a sliding, sink or chunked mask, in a cache of several groups).
+  bool frees_pages = false;
+};
+
+// Where a model layer is stored: its group, and its index among the group's layers.
+struct LayerPlace {
+  std::size_t group = 0;
+  std::uint32_t layer = 0;
+};
 
 class KVCACHE_API Cache {
  public:
@@ -50,8 +68,14 @@ class KVCACHE_API Cache {
   const std::string& backend() const;
   const ModelShape& model() const;
   // The store, read-only: stats, page tables, positions, gather. Its sequences change through
-  // the Cache alone, which keeps the policy's bookkeeping in step.
+  // the Cache alone, which keeps the policy's bookkeeping in step. A cache of several layer
+  // groups has one store per group: store() then throws Error(invalid_argument), and
+  // group_store(place(layer).group) is the store of a layer, under the Cache's sequence ids.
   const CacheStore& store() const;
+  const std::vector<LayerGroupInfo>& groups() const;
+  const CacheStore& group_store(std::size_t group) const;
+  LayerPlace place(std::uint32_t layer) const;
+  // Every group's pages together (the sums of their stats).
   StoreStats stats() const;
   std::vector<SeqId> sequences() const;
 

@@ -91,7 +91,15 @@ struct StoreStats {
   std::uint64_t occupied_slots = 0;  // slots of used pages holding a token (shared ones once)
   std::uint64_t unused_slots = 0;    // internal fragmentation: empty slots of used pages
   std::uint64_t page_bytes = 0;
-  std::uint64_t used_bytes() const { return used_pages * page_bytes; }
+  // A Cache of several layer groups sums its groups' stats; their pages differ in size, so
+  // page_bytes is 0 there and these hold the sums of bytes.
+  std::uint64_t used_bytes_sum = 0, total_bytes_sum = 0;
+  std::uint64_t used_bytes() const {
+    return page_bytes != 0 ? used_pages * page_bytes : used_bytes_sum;
+  }
+  std::uint64_t total_bytes() const {
+    return page_bytes != 0 ? total_pages * page_bytes : total_bytes_sum;
+  }
   double utilization() const {
     const std::uint64_t slots = occupied_slots + unused_slots;
     return slots == 0 ? 0.0 : static_cast<double>(occupied_slots) / static_cast<double>(slots);

@@ -133,6 +133,9 @@ struct Config {
   // Two or more groups, which cover every layer once; empty: every layer attends under `mask`
   // and stores in k_quantizer / v_quantizer (a section of one group says the same).
   std::vector<LayerGroup> layer_groups;
+  // layers.context: the sequence length that each group's share of cache.capacity is sized for
+  // (docs/configuration.md#layers).
+  std::uint64_t group_context = 32768;
   PluginSettings plugins;
   std::optional<RemoteSettings> remote;
   std::vector<Diagnostic> warnings;  // e.g. an unknown KVCACHE_* variable

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "cache/group_store.hpp"
 #include "kvcache/cache.hpp"
 #include "kvcache/remote/tiered_store.hpp"
 #include "kvcache/rope.hpp"
@@ -36,20 +37,34 @@ struct SequenceInfo {
 [[noreturn]] void rethrow_with(EvictionReport report, bool always = false);
 
 struct Cache::Impl {
+  // One layer group's store, attention and mask; a uniform cache has one group of every layer.
+  struct Group {
+    LayerGroupInfo info;
+    // What the Cache calls, under its own sequence ids: the backend's store, the shared tier in
+    // front of it, or (after the first group) the GroupStore that maps the ids.
+    std::unique_ptr<CacheStore> store;
+    // The backend's own store, which the group's attention reads under the store's own ids.
+    CacheStore* kv = nullptr;
+    GroupStore* map = nullptr;  // after the first group; null: the Cache's ids are kv's
+    remote::TieredStore* tier = nullptr;
+    std::unique_ptr<Attention> attention;
+    std::unique_ptr<AttentionMask> mask;
+    // When the mask places queries within the cache: the model's RoPE and its frequencies.
+    Rope rope;
+    std::vector<double> rope_frequencies;
+    // kv's ids of the Cache's sequences `ids`.
+    std::vector<SeqId> own(std::span<const SeqId> ids) const {
+      return map != nullptr ? map->own(ids) : std::vector<SeqId>(ids.begin(), ids.end());
+    }
+  };
+
   std::shared_ptr<const Registry> registry;
   std::string backend_name;
   ModelShape model;
   std::unique_ptr<Backend> backend;
-  std::unique_ptr<CacheStore> store;
-  // The backend's own store, which its attention reads: `store` itself, or the one under the
-  // shared tier (`tier`, null without a remote section).
-  CacheStore* kv = nullptr;
-  remote::TieredStore* tier = nullptr;
-  std::unique_ptr<Attention> attention;
-  std::unique_ptr<AttentionMask> mask;
-  // When the mask places queries within the cache: the model's RoPE and its frequencies.
-  Rope rope;
-  std::vector<double> rope_frequencies;
+  std::vector<Group> groups;
+  std::vector<LayerGroupInfo> infos;       // each group's info, for Cache::groups()
+  std::vector<LayerPlace> places;          // of each model layer
   std::unique_ptr<EvictionPolicy> policy;  // null: no eviction
   std::map<SeqId, SequenceInfo> sequences;
   std::uint64_t step = 0;
@@ -60,20 +75,30 @@ struct Cache::Impl {
     if (it == sequences.end()) throw Error(Code::not_found, "no sequence " + std::to_string(id));
     return it->second;
   }
+  const LayerPlace& place(std::uint32_t layer) const {
+    if (layer >= places.size())
+      throw Error(Code::invalid_argument, "layer " + std::to_string(layer) +
+                                              " out of range (the model has " +
+                                              std::to_string(places.size()) + ")");
+    return places[layer];
+  }
 
-  // Asks the policy (`decide(state)` over the current CacheState) and carries out its plan,
+  // Asks the policy (`decide(state)` over group g's CacheState) and carries out its plan,
   // adding what it removed to `report`. Returns whether the plan removed anything.
   template <class Decide>
-  bool consult(Decide&& decide, EvictionReport& report);
-  // Carries out a plan, adding exactly what it removed to `report` as it goes: whatever fails
-  // part way (an Error, std::bad_alloc), what was done is already in `report`.
-  void apply(const EvictionPlan& plan, EvictionReport& report);
-  // Pages a reserve of these tokens needs beyond what is free or cached; none when the pool had
-  // room for it (a failed reserve then ran out of something else).
-  std::optional<std::uint64_t> shortfall(std::span<const SeqId> ids,
+  bool consult(std::size_t g, Decide&& decide, EvictionReport& report);
+  // Carries out a plan made over group g, adding exactly what it removed to `report` as it goes:
+  // whatever fails part way (an Error, std::bad_alloc), what was done is already in `report`.
+  void apply(std::size_t g, const EvictionPlan& plan, EvictionReport& report);
+  // Pages of group g that a reserve of these tokens needs beyond what is free or cached; none
+  // when its pool had room for it (a failed reserve then ran out of something else).
+  std::optional<std::uint64_t> shortfall(std::size_t g, std::span<const SeqId> ids,
                                          std::span<const std::uint32_t> tokens);
-  // What the mask lets each query see and, with a mask that places queries within the cache, the
-  // rotation of each query for each range where it stands elsewhere than at its own position.
+  // The sequence leaves every group's store and the Cache (a preemption, a release).
+  void forget(SeqId id);
+  // What group g's mask lets each query see and, with a mask that places queries within the
+  // cache, the rotation of each query for each range where it stands elsewhere than at its own
+  // position.
   struct Visible {
     std::vector<PositionRange> ranges;
     std::vector<std::uint32_t> counts;
@@ -81,26 +106,24 @@ struct Cache::Impl {
     RotationTable rotations;
     VisibleRanges view() const { return {ranges, counts, max_ranges, rotations.view()}; }
   };
-  // For the newest counts[i] tokens of ids[i] (one each when counts is empty). Marks the
-  // sequences used in this step.
-  Visible visible_for(std::span<const SeqId> ids, std::span<const std::uint32_t> counts);
-  // After each model step: the policy's proactive hook, its evictions added to `report`.
+  // For the newest counts[i] tokens of ids[i] (one each when counts is empty).
+  Visible visible_for(const Group& group, std::span<const SeqId> ids,
+                      std::span<const std::uint32_t> counts) const;
+  // Marks the sequences used in this step.
+  void mark_used(std::span<const SeqId> ids) {
+    for (const SeqId id : ids) info(id).last_used_step = step;
+  }
+  // After each model step: the groups that free pages behind their window do, then the policy's
+  // proactive hook runs, its evictions added to `report`.
   void after_step(EvictionReport& report);
   bool wants_scores() const { return policy && policy->wants_scores(); }
 
   // One layer's attention through the per-layer calls (planned for this call alone).
   void attend(std::uint32_t layer, std::span<const SeqId> ids,
               std::span<const std::uint32_t> counts, const DLTensor& q, DLTensor& out);
-  // The Cache's entry for a sequence the store has just made; if the entry cannot be made (out
-  // of memory), the store's sequence is released again, so the two never disagree.
-  SequenceInfo& track(SeqId id) {
-    try {
-      return sequences[id];
-    } catch (...) {
-      store->release(id);
-      throw;
-    }
-  }
+  // A new sequence (or a fork of `parent`) in every group's store, and its Cache entry: all or
+  // nothing. Returns its id.
+  SeqId create(const SeqId* parent);
   // The sequence, refused for a step when an unfinished one left it part-written.
   SequenceInfo& steppable(const char* call, SeqId id) {
     SequenceInfo& s = info(id);
@@ -111,12 +134,17 @@ struct Cache::Impl {
                       s.why_broken + "); release it");
     return s;
   }
-  // Undoes a reserve of counts[i] tokens for ids[i] (a step that did not finish): the store gives
-  // the slots back and the positions are handed out again. A sequence whose store cannot is
-  // marked broken. Never throws.
-  void undo_reserve(std::span<const SeqId> ids, std::span<const std::uint32_t> counts) noexcept;
-  // Room for counts[i] more tokens in batch[i], evicting per the policy; members of the batch
-  // it preempts leave batch and counts. Throws CacheFull when it still does not fit.
+  // Undoes a reserve of counts[i] tokens for ids[i] in groups [0, groups_done) (a step that did
+  // not finish, or a reserve that a later group refused); with every group, the positions are
+  // handed out again. A sequence whose store cannot is marked broken. Never throws.
+  void undo_reserve(std::span<const SeqId> ids, std::span<const std::uint32_t> counts,
+                    std::size_t groups_done) noexcept;
+  void undo_reserve(std::span<const SeqId> ids, std::span<const std::uint32_t> counts) noexcept {
+    undo_reserve(ids, counts, groups.size());
+  }
+  // Room for counts[i] more tokens in batch[i] in every group, evicting per the policy; members
+  // of the batch it preempts leave batch and counts. Throws CacheFull when it still does not
+  // fit.
   EvictionReport reserve(std::vector<SeqId>& batch, std::vector<std::uint32_t>& counts);
 
   // Threads (docs/cache.md, "Threads"): every public call of the Cache and of its Step holds

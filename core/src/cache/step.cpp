@@ -16,7 +16,10 @@ struct Step::State {
   std::uint64_t tokens = 0;
   bool one_each = true;  // one new token per sequence: decode may run
   EvictionReport report;
-  std::unique_ptr<StepPlan> plan;
+  // One plan per layer group, made at begin_step under the group's mask, and the ids its
+  // backend store knows the batch by.
+  std::vector<std::unique_ptr<StepPlan>> plans;
+  std::vector<std::vector<SeqId>> own;
   enum class Layer : std::uint8_t { untouched, appended, attended };
   std::vector<Layer> layers;
   bool finished = false;
@@ -39,7 +42,9 @@ struct Step::State {
                   std::string(call) + ": layer " + std::to_string(index) +
                       (state == Layer::untouched ? " has not been appended in this step"
                                                  : " was already attended in this step"));
-    cache->attention->run(*cache->kv, *plan, index, q, out);
+    const LayerPlace& at = cache->places[index];
+    Cache::Impl::Group& group = cache->groups[at.group];
+    group.attention->run(*group.kv, *plans[at.group], at.layer, q, out);
     state = Layer::attended;
   }
 };
@@ -89,7 +94,8 @@ void Step::append(std::uint32_t layer, const DLTensor& k, const DLTensor& v) {
   if (state != State::Layer::untouched)
     throw Error(Code::invalid_argument,
                 "append: layer " + std::to_string(layer) + " was already appended in this step");
-  s.cache->store->append(layer, s.sequences, s.new_tokens, k, v);
+  const LayerPlace& at = s.cache->places[layer];
+  s.cache->groups[at.group].store->append(at.layer, s.sequences, s.new_tokens, k, v);
   state = State::Layer::appended;
 }
 
@@ -158,13 +164,17 @@ Step Cache::begin_step(std::span<const SeqId> ids, std::span<const std::uint32_t
     const std::span<const std::uint32_t> counts =
         s->one_each ? std::span<const std::uint32_t>{}
                     : std::span<const std::uint32_t>(s->new_tokens);
-    const Impl::Visible visible = c.visible_for(s->sequences, counts);
-    StepRequest request;
-    request.sequences = s->sequences;
-    request.query_counts = counts;
-    request.visible = visible.view();
-    request.accumulate_scores = c.wants_scores();
-    s->plan = c.attention->plan(*c.kv, request);
+    c.mark_used(s->sequences);
+    for (const Impl::Group& group : c.groups) {
+      const Impl::Visible visible = c.visible_for(group, s->sequences, counts);
+      s->own.push_back(group.own(s->sequences));
+      StepRequest request;
+      request.sequences = s->own.back();
+      request.query_counts = counts;
+      request.visible = visible.view();
+      request.accumulate_scores = c.wants_scores();
+      s->plans.push_back(group.attention->plan(*group.kv, request));
+    }
   } catch (...) {  // the mask or the plan failed: the reserve is undone, its evictions reported
     c.undo_reserve(s->sequences, s->new_tokens);
     rethrow_with(std::move(s->report));

@@ -763,7 +763,9 @@ std::string to_yaml(const Config& config) {
       out << YAML::Key << "layers" << YAML::Value << layer_ranges(group.layers);
       out << YAML::EndMap;
     }
-    out << YAML::EndMap << YAML::EndMap;
+    out << YAML::EndMap;
+    out << YAML::Key << "context" << YAML::Value << config.group_context;
+    out << YAML::EndMap;
   }
   // env_paths are left out: they come from KVCACHE_PLUGIN_PATH, not from a file.
   out << YAML::Key << "plugins" << YAML::Value << YAML::Flow << YAML::BeginMap;

@@ -68,10 +68,10 @@ void check_layer_groups(const Config& config, const Registry& registry,
           out.push_back({Diagnostic::Severity::error, choice->where, key + suffix, *why});
     }
   }
-  if (!config.layer_groups.empty())
+  if (!config.layer_groups.empty() && config.cache.prefix_caching)
     out.push_back({Diagnostic::Severity::warning, config.layer_groups.front().where, "layers",
-                   "a cache of several layer groups is not built yet: Cache::open refuses this "
-                   "config (kvcache plan sizes it)"});
+                   "prefix caching is off in a cache of several layer groups: matching a prefix "
+                   "per group is not built yet"});
 }
 
 }  // namespace

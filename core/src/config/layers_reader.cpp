@@ -134,7 +134,13 @@ std::optional<LayersSection> read_layers(YamlReader& reader, const Field& value)
   section.where = value.where;
   bool ok = true;
   const bool map = reader.for_each_entry(
-      value, {"groups", "pattern"}, [&](const std::string& key, const Field& field) {
+      value, {"groups", "pattern", "context"}, [&](const std::string& key, const Field& field) {
+        if (key == "context") {
+          const auto context = reader.positive_int(field);
+          ok = ok && context.has_value();
+          if (context) section.context = *context;
+          return;
+        }
         if (key == "pattern") {
           auto pattern = read_pattern(reader, field);
           ok = ok && pattern.has_value();
@@ -263,6 +269,7 @@ void resolve_layers(const LayersSection& section, Config& config, std::vector<Di
           errors, group.where, "layers.groups." + group.name,
           "group '" + group.name + "' holds no layer of the model's " + std::to_string(count));
   if (errors.size() != before) return;
+  config.group_context = section.context;
   if (groups.size() == 1) {  // one group for every layer: the uniform case
     config.mask = groups[0].mask;
     config.k_quantizer = groups[0].k_format;

@@ -31,7 +31,8 @@ struct LayersSection {
     SourceLocation where = {};
   };
   std::vector<Group> groups;
-  std::vector<Run> pattern;  // empty: each group names its layers
+  std::vector<Run> pattern;       // empty: each group names its layers
+  std::uint32_t context = 32768;  // layers.context
   SourceLocation where;
 };
 

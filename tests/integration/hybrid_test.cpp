@@ -1,0 +1,228 @@
+// A cache of several layer groups through the facade, on cpu-tbb and the GPU emulator: a
+// rollback within a sliding group's page slack gives what never having the tokens gives, one
+// past its freed pages is refused and changes nothing; stats sum the groups, each group's share
+// of the capacity follows layers.context, the per-layer calls agree with the step, preemption
+// leaves every group; and what is not built for groups yet is refused by name.
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "kvcache/cache.hpp"
+#include "kvcache/config.hpp"
+#include "kvcache/host_tensor.hpp"
+#include "test_registry.hpp"
+
+namespace kvcache {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr std::uint32_t kLayers = 3, kQHeads = 4, kKvHeads = 2, kDim = 32;
+
+std::string hybrid_yaml(const std::string& backend, const std::string& more = "",
+                        const std::string& local = "", const std::string& prefix = "false") {
+  return "model: {layers: 3, q_heads: 4, kv_heads: 2, head_dim: 32}\n"
+         "backend: [" +
+         backend +
+         "]\n"
+         "cache: {page_size: 8, capacity: 1MiB, prefix_caching: " +
+         prefix + "}\n" + more +
+         "layers:\n"
+         "  groups:\n"
+         "    local: {mask: {name: sliding-window, window: 20}" +
+         local +
+         "}\n"
+         "    global: {}\n"
+         "  pattern: [local x2, global]\n"
+         "  context: 64\n";
+}
+
+std::unique_ptr<Cache> open_yaml(const std::string& yaml) {
+  return Cache::open(parse_config(yaml, "hybrid_test.yaml", {}), testing::test_registry());
+}
+
+// One step of `tokens` new tokens for `id`, rows from `seed`: every layer's output, in order.
+// What the step evicted goes to `report`; without one, the step must evict nothing.
+std::vector<float> run_step(Cache& cache, SeqId id, std::uint32_t tokens, unsigned seed,
+                            EvictionReport* report = nullptr) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> k(std::size_t{tokens} * kKvHeads * kDim), v(k.size()),
+      q(std::size_t{tokens} * kQHeads * kDim), out(kLayers * q.size());
+  for (auto* x : {&k, &v, &q})
+    for (float& e : *x) e = normal(rng);
+  std::int64_t kv_shape[3] = {tokens, kKvHeads, kDim}, q_shape[3] = {tokens, kQHeads, kDim};
+  Step step = cache.begin_step(id, tokens);
+  for (std::uint32_t layer = 0; layer < kLayers; ++layer) {
+    step.append(layer, host_tensor(k.data(), kv_shape), host_tensor(v.data(), kv_shape));
+    DLTensor o = host_tensor(out.data() + layer * q.size(), q_shape);
+    step.prefill(layer, host_tensor(q.data(), q_shape), o);
+  }
+  const EvictionReport evicted = step.finish();
+  if (report != nullptr)
+    report->merge(evicted);
+  else
+    EXPECT_TRUE(evicted.empty());
+  return out;
+}
+
+class HybridOn : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    const ComponentInfo* b = testing::test_registry()->find(ComponentKind::backend, GetParam());
+    if (b == nullptr || !b->available)
+      GTEST_SKIP() << GetParam()
+                   << " cannot run here: " << (b == nullptr ? "not loaded" : b->unavailable_reason);
+  }
+  std::unique_ptr<Cache> open(const std::string& more = "") const {
+    return open_yaml(hybrid_yaml(GetParam(), more));
+  }
+};
+
+TEST_P(HybridOn, ARollbackWithinThePageSlackGivesWhatNeverHavingTheTokensGives) {
+  const auto rolled = open(), straight = open();
+  const SeqId a = rolled->add_sequence(), b = straight->add_sequence();
+  run_step(*rolled, a, 30, 1);
+  run_step(*straight, b, 30, 1);
+  for (unsigned i = 0; i < 8; ++i) {
+    run_step(*rolled, a, 1, 10 + i);
+    run_step(*straight, b, 1, 10 + i);
+  }
+  run_step(*rolled, a, 2, 2);  // draft tokens 38 and 39, rejected
+  // Positions 16.. are held in the sliding group (its page 16..23 holds the window's start).
+  rolled->truncate(a, 38);
+  for (std::size_t g = 0; g < 2; ++g)
+    EXPECT_EQ(rolled->group_store(g).positions(a), straight->group_store(g).positions(b)) << g;
+  for (const unsigned seed : {3u, 4u, 5u})
+    EXPECT_EQ(run_step(*rolled, a, seed == 3 ? 3 : 1, seed),
+              run_step(*straight, b, seed == 3 ? 3 : 1, seed))
+        << "step " << seed;
+}
+
+TEST_P(HybridOn, ARollbackPastTheFreedPagesIsRefusedAndChangesNothing) {
+  const auto cache = open();
+  const SeqId a = cache->add_sequence();
+  run_step(*cache, a, 30, 1);
+  for (unsigned i = 0; i < 10; ++i) run_step(*cache, a, 1, 10 + i);
+  const std::vector<Position> local = cache->group_store(0).positions(a);
+  ASSERT_GT(local.front(), 0) << "the sliding group freed nothing";
+  try {
+    cache->truncate(a, 10);
+    FAIL() << "rolled back to 10 without the window before it";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::unsupported);
+    EXPECT_THAT(e.what(), HasSubstr("layer group 'local' has freed positions"));
+  }
+  EXPECT_EQ(cache->group_store(0).positions(a), local);
+  EXPECT_EQ(cache->group_store(1).length(a), 40u);
+  run_step(*cache, a, 1, 99);  // and it goes on
+  EXPECT_EQ(cache->group_store(1).length(a), 41u);
+}
+
+TEST_P(HybridOn, StatsSumTheGroupsAndStoreNamesTheWayToEach) {
+  const auto cache = open();
+  const SeqId a = cache->add_sequence();
+  run_step(*cache, a, 40, 1);
+  const StoreStats local = cache->group_store(0).stats(), global = cache->group_store(1).stats();
+  const StoreStats sum = cache->stats();
+  EXPECT_EQ(sum.used_pages, local.used_pages + global.used_pages);
+  EXPECT_EQ(sum.total_pages, local.total_pages + global.total_pages);
+  EXPECT_EQ(sum.used_bytes(), local.used_bytes() + global.used_bytes());
+  EXPECT_EQ(sum.total_bytes(), local.total_bytes() + global.total_bytes());
+  EXPECT_EQ(global.used_pages, 5u);
+  EXPECT_EQ(local.used_pages, 3u) << "positions 16..39: the window of a query at 40 and its page";
+  try {
+    (void)cache->store();
+    FAIL() << "store() chose a group";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("group_store(place(layer).group)"));
+  }
+  EXPECT_EQ(cache->place(2).group, 1u);
+  EXPECT_EQ(cache->place(1).layer, 1u);
+}
+
+TEST_P(HybridOn, EachGroupsShareOfTheCapacityFollowsTheContext) {
+  const auto cache = open();
+  // At 64 tokens in pages of 8, and a page for the step in flight: the sliding group (2 layers)
+  // keeps 20/8 + 1 + 1 = 5 pages, the global one (1 layer) 8 + 1: shares of 10 to 9.
+  const StoreStats local = cache->group_store(0).stats(), global = cache->group_store(1).stats();
+  EXPECT_EQ(local.page_bytes, 2 * global.page_bytes);
+  // Bytes in the ratio 10 : 9, so pages (twice the bytes each in the sliding group) 5 : 9.
+  EXPECT_NEAR(double(local.total_pages) / double(global.total_pages), 5.0 / 9, 0.01);
+  EXPECT_LE(local.total_bytes() + global.total_bytes(), 1u << 20);
+}
+
+TEST_P(HybridOn, ThePerLayerCallsAgreeWithTheStep) {
+  const auto stepped = open(), layered = open();
+  const SeqId a = stepped->add_sequence(), b = layered->add_sequence();
+  for (unsigned i = 0; i < 30; ++i) {
+    const std::uint32_t tokens = i == 0 ? 12 : 1;
+    const std::vector<float> want = run_step(*stepped, a, tokens, i);
+    std::mt19937 rng(i);
+    std::normal_distribution<float> normal;
+    std::vector<float> k(std::size_t{tokens} * kKvHeads * kDim), v(k.size()),
+        q(std::size_t{tokens} * kQHeads * kDim), out(kLayers * q.size());
+    for (auto* x : {&k, &v, &q})
+      for (float& e : *x) e = normal(rng);
+    std::int64_t kv_shape[3] = {tokens, kKvHeads, kDim}, q_shape[3] = {tokens, kQHeads, kDim};
+    const std::vector<SeqId> ids{b};
+    const std::vector<std::uint32_t> counts{tokens};
+    layered->reserve(ids, counts);
+    for (std::uint32_t layer = 0; layer < kLayers; ++layer) {
+      layered->append(layer, ids, counts, host_tensor(k.data(), kv_shape),
+                      host_tensor(v.data(), kv_shape));
+      DLTensor o = host_tensor(out.data() + layer * q.size(), q_shape);
+      layered->prefill(layer, ids, counts, host_tensor(q.data(), q_shape), o);
+    }
+    layered->end_step();
+    ASSERT_EQ(out, want) << "step " << i;
+  }
+  EXPECT_EQ(layered->group_store(0).positions(b), stepped->group_store(0).positions(a));
+}
+
+TEST_P(HybridOn, APreemptedSequenceLeavesEveryGroup) {
+  const auto cache = open_yaml(
+      "model: {layers: 3, q_heads: 4, kv_heads: 2, head_dim: 32}\nbackend: [" + GetParam() +
+      "]\ncache: {page_size: 8, capacity: 64KiB, prefix_caching: false}\n"
+      "eviction: {name: oldest-first}\nlayers:\n  groups:\n"
+      "    local: {mask: {name: sliding-window, window: 20}}\n    global: {}\n"
+      "  pattern: [local x2, global]\n  context: 64\n");
+  std::vector<SeqId> ids;
+  EvictionReport report;
+  for (int i = 0; i < 6; ++i) {
+    ids.push_back(cache->add_sequence());
+    run_step(*cache, ids.back(), 40, i, &report);
+  }
+  const std::vector<SeqId> left = cache->sequences();
+  EXPECT_FALSE(report.preempted.empty()) << "nothing was preempted";
+  EXPECT_EQ(left.size() + report.preempted.size(), ids.size());
+  for (std::size_t g = 0; g < 2; ++g)
+    EXPECT_EQ(cache->group_store(g).stats().sequences, left.size()) << g;
+}
+
+TEST(Hybrid, RefusesWhatItDoesNotRunYetByName) {
+  const auto refused = [](const std::string& yaml, const std::string& words) {
+    try {
+      open_yaml(yaml);
+      ADD_FAILURE() << "opened: " << words;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Code::unsupported) << e.what();
+      EXPECT_THAT(e.what(), HasSubstr(words));
+    }
+  };
+  refused(hybrid_yaml("cpu-tbb", "eviction: {name: streaming, sinks: 4, window: 64}\n"),
+          "eviction 'streaming' drops tokens one by one");
+  refused(
+      hybrid_yaml("cpu-tbb", "remote: {transport: memory, endpoints: [h], model: m}\n", "", "true"),
+      "shared tier of a cache of several layer groups");
+  refused(hybrid_yaml("cpu-tbb", "", ", format: {k: {name: kivi-k, group: 8}, v: fp16}"),
+          "layers.groups.local.format.k: kivi-k scales over groups of tokens");
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, HybridOn, ::testing::Values("cpu-tbb", "gpu-emulated"));
+
+}  // namespace
+}  // namespace kvcache
