@@ -29,7 +29,8 @@ void add_step_command(CLI::App& bench, const Globals& globals) {
   examples(
       step,
       {"kvcache bench step", "kvcache bench step --format int8-per-token --batch 8 --tokens 1024",
-       "kvcache bench step --backend cuda --q-heads 32 --kv-heads 8 --head-dim 128 --json"});
+       "kvcache bench step --backend cuda --q-heads 32 --kv-heads 8 --head-dim 128 --json",
+       "kvcache bench step --layers 62 --q-heads 32 --kv-heads 16 --tokens 32768 --window 1024"});
   struct Flags {
     StepBenchOptions options;
     bool json = false;
@@ -48,8 +49,13 @@ void add_step_command(CLI::App& bench, const Globals& globals) {
     }
     const StepBenchOptions& o = f->options;
     std::cout << fmt::format(
-        "{} sequences x {} layers at {} tokens, {} on {}, tensors on the {}; medians of {} steps\n",
-        o.batch, o.layers, o.tokens, o.format, o.backend, r.tensors, o.steps);
+        "{} sequences x {} layers at {} tokens{}, {} on {}, tensors on the {}; medians of {} "
+        "steps\n",
+        r.sequences, o.layers, o.tokens,
+        o.window > 0
+            ? fmt::format(" (sliding over {}, every {}th layer global)", o.window, o.global_every)
+            : "",
+        o.format, o.backend, r.tensors, o.steps);
     std::cout << fmt::format("{:<22}{:>12}{:>14}{:>12}{:>14}{:>10}\n", "", "step ms",
                              "attention ms", "append ms", "outside ms", "outside");
     for (const auto& [name, t] :
@@ -60,6 +66,8 @@ void add_step_command(CLI::App& bench, const Globals& globals) {
     std::cout << fmt::format("attention kernels: {:.3f} ms a step ({:.1f} GB/s of KV)\n",
                              1e3 * r.attention_kernels,
                              static_cast<double>(r.kv_bytes) / r.attention_kernels / 1e9);
+    std::cout << fmt::format("KV pages in use: {} bytes of a capacity of {}\n", r.used_bytes,
+                             r.capacity_bytes);
   });
 }
 
@@ -202,6 +210,10 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
   bench
       ->add_option("--baseline-max-len", so.baseline_max_len,
                    "tokens a contiguous allocator reserves per request")
+      ->capture_default_str();
+  bench
+      ->add_option("--prefill-chunk", so.prefill_chunk,
+                   "prompt tokens a step computes at most (0: the whole prompt in one step)")
       ->capture_default_str();
   bench->add_option("--trace", so.trace,
                     "JSONL: arrival, prompt_tokens, output_tokens, prefix_id (optional)");

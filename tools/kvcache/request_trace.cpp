@@ -1,14 +1,41 @@
 #include "request_trace.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <limits>
+#include <random>
 
 #include <nlohmann/json.hpp>
 
 #include "kvcache/status.hpp"
 
 namespace kvcache::tool {
+
+std::vector<Request> synthetic_requests(std::uint32_t count, std::uint64_t seed, double rate) {
+  // ShareGPT-like: log-normal prompt and output lengths, Poisson arrivals, a third of the
+  // requests sharing one of four system prompts.
+  std::mt19937_64 rng(seed);
+  std::lognormal_distribution<double> prompt(std::log(180.0), 0.8), output(std::log(120.0), 0.7);
+  std::exponential_distribution<double> gap(rate);
+  std::uniform_int_distribution<int> share(0, 11);
+  std::vector<Request> requests;
+  double t = 0.0;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    Request r;
+    r.arrival = t;
+    t += gap(rng);
+    r.prompt_tokens = static_cast<std::uint32_t>(std::clamp(prompt(rng), 8.0, 2048.0));
+    r.output_tokens = static_cast<std::uint32_t>(std::clamp(output(rng), 4.0, 1024.0));
+    const int s = share(rng);
+    if (s < 4) {
+      r.prefix_id = s;
+      r.prompt_tokens = std::max(r.prompt_tokens, kSharedPrefix + 8);
+    }
+    requests.push_back(r);
+  }
+  return requests;
+}
 
 std::vector<Request> read_trace(const std::string& file) {
   std::ifstream in(file);

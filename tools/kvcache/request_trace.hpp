@@ -20,6 +20,10 @@ struct Request {
   std::optional<std::int64_t> prefix_id;
 };
 
+// `count` ShareGPT-like requests from `seed`: log-normal prompt and output lengths, Poisson
+// arrivals at `rate` a second, a third of them sharing one of four system prompts.
+std::vector<Request> synthetic_requests(std::uint32_t count, std::uint64_t seed, double rate);
+
 // The trace's requests in order of arrival. A prefix_id on a prompt no longer than the shared
 // prefix is dropped.
 std::vector<Request> read_trace(const std::string& file);

@@ -16,6 +16,7 @@
 #include "kvcache/cache.hpp"
 #include "kvcache/formats.hpp"
 #include "kvcache/host_tensor.hpp"
+#include "quantization_error.hpp"
 #include "synthetic_rows.hpp"
 
 namespace kvcache::tool {
@@ -31,7 +32,8 @@ struct Running {
   Request request;
   std::size_t index = 0;  // in the request list
   SeqId sequence = 0;
-  std::uint32_t pending = 0;  // prompt tokens reserved but not yet computed
+  std::uint32_t pending = 0;   // prompt tokens not yet computed
+  std::uint32_t reserved = 0;  // of them, reserved for the next step (a prefill chunk)
   std::uint32_t generated = 0;
   std::vector<std::int32_t> prompt_ids;
 };
@@ -47,19 +49,24 @@ std::vector<std::int32_t> prompt_ids(const Request& r, std::size_t index) {
 // The simulation's mutable state and its metrics.
 class Simulation {
  public:
-  Simulation(Cache& cache, const AttentionMask& mask, const SimulationOptions& o,
-             std::vector<Request> requests, double layer_scale)
+  // masks: each layer group's, in the order of cache.groups().
+  Simulation(Cache& cache, std::vector<std::unique_ptr<AttentionMask>> masks,
+             const SimulationOptions& o, std::vector<Request> requests, double layer_scale)
       : cache_(cache),
-        mask_(mask),
+        masks_(std::move(masks)),
         o_(o),
         requests_(std::move(requests)),
         layer_scale_(layer_scale),
         rows_(o.seed) {
     for (std::size_t i = 0; i < requests_.size(); ++i) queue_.push_back(i);
-    const StoreInfo info = cache.store().info();
-    bytes_per_token_ = static_cast<double>(info.k_format.tile_bytes + info.v_format.tile_bytes) *
-                       cache.model().kv_heads / info.page_size;  // per layer
-    page_bytes_ = info.page_bytes;
+    // A token's bytes in one layer of each layer group (one in a uniform cache).
+    for (std::size_t g = 0; g < cache.groups().size(); ++g) {
+      const StoreInfo info = cache.group_store(g).info();
+      bytes_per_token_.push_back(
+          static_cast<double>(info.k_format.tile_bytes + info.v_format.tile_bytes) *
+          cache.model().kv_heads / info.page_size);
+      page_size_ = info.page_size;
+    }
   }
 
   nlohmann::json run() {
@@ -93,6 +100,7 @@ class Simulation {
                 cache_.add_sequence(),
                 0,
                 0,
+                0,
                 prompt_ids(requests_[index], index)};
       // Reuse cached prefix pages; the last prompt token is always computed.
       const std::uint64_t matched =
@@ -104,13 +112,18 @@ class Simulation {
       prefix_hits_ += matched;
       prompt_tokens_ += r.prompt_ids.size();
       r.pending = static_cast<std::uint32_t>(r.prompt_ids.size() - matched);
+      r.reserved = chunk(r.pending);
       // Admission waits for free memory rather than evicting running requests (as vLLM's
       // scheduler does): otherwise two requests could take turns preempting each other forever.
-      const StoreStats st = cache_.stats();
-      const std::uint64_t page = cache_.store().info().page_size;
-      // It also leaves a page per running sequence, so that the next decode step fits.
-      if (!running_.empty() &&
-          st.free_pages + st.cached_pages < (r.pending + page - 1) / page + 1 + running_.size()) {
+      // It also leaves a page per running sequence, so that the next decode step fits; in
+      // every layer group.
+      bool room = true;
+      for (std::size_t g = 0; g < masks_.size() && !running_.empty(); ++g) {
+        const StoreStats st = cache_.group_store(g).stats();
+        room = room && st.free_pages + st.cached_pages >=
+                           (r.reserved + page_size_ - 1) / page_size_ + 1 + running_.size();
+      }
+      if (!room) {
         cache_.release(r.sequence);
         return;
       }
@@ -118,7 +131,7 @@ class Simulation {
       std::string failure;
       try {
         const EvictionReport report =
-            cache_.reserve(std::vector<SeqId>{r.sequence}, std::vector<std::uint32_t>{r.pending});
+            cache_.reserve(std::vector<SeqId>{r.sequence}, std::vector<std::uint32_t>{r.reserved});
         note(report);
         // A policy may choose the newcomer itself: then it did not fit.
         if (std::find(report.preempted.begin(), report.preempted.end(), r.sequence) !=
@@ -143,16 +156,28 @@ class Simulation {
     }
   }
 
+  // The prompt tokens of the next prefill step: all of them, or a chunk.
+  std::uint32_t chunk(std::uint32_t pending) const {
+    return o_.prefill_chunk > 0 ? std::min(pending, o_.prefill_chunk) : pending;
+  }
+
   void compute() {
-    // Decode steps need one more slot each. Reserving may preempt running requests (they leave
-    // running_), so the batches are formed only once it succeeded.
+    // Decode steps need one more slot each, a prompt's next chunk its tokens. Reserving may
+    // preempt running requests (they leave running_), so the batches are formed only once it
+    // succeeded.
     for (;;) {
       std::vector<SeqId> ids;
-      for (const Running& r : running_)
-        if (r.pending == 0) ids.push_back(r.sequence);
+      std::vector<std::uint32_t> counts;
+      for (const Running& r : running_) {
+        if (r.pending > 0 && r.reserved > 0) continue;  // reserved at admission
+        ids.push_back(r.sequence);
+        counts.push_back(r.pending > 0 ? chunk(r.pending) : 1);
+      }
       if (ids.empty()) break;
       try {
-        note(cache_.reserve(ids, std::vector<std::uint32_t>(ids.size(), 1)));
+        note(cache_.reserve(ids, counts));
+        for (Running& r : running_)
+          if (r.pending > 0 && r.reserved == 0) r.reserved = chunk(r.pending);
         break;
       } catch (const CacheFull& full) {
         note(full.report());
@@ -169,22 +194,24 @@ class Simulation {
     run_layers(prefill, true);
     run_layers(decode, false);
     for (Running* r : prefill) {
-      r->pending = 0;
-      cache_.publish_prefix(r->sequence, r->prompt_ids);
+      r->pending -= r->reserved;
+      r->reserved = 0;
+      if (r->pending == 0) cache_.publish_prefix(r->sequence, r->prompt_ids);
     }
     for (Running* r : decode) ++r->generated, ++generated_;
   }
 
-  // Keys the mask lets the newest `queries` tokens of a sequence see, per layer: what attention
-  // reads.
-  std::uint64_t visible_keys(SeqId sequence, std::uint32_t queries) const {
-    const std::vector<Position> held = cache_.store().positions(sequence);
-    const std::uint32_t max_ranges = mask_.describe().max_ranges;
+  // Keys group g's mask lets the newest `queries` tokens of a sequence see, in one of its
+  // layers: what attention reads.
+  std::uint64_t visible_keys(std::size_t g, SeqId sequence, std::uint32_t queries) const {
+    const std::vector<Position> held = cache_.group_store(g).positions(sequence);
+    const AttentionMask& mask = *masks_[g];
+    const std::uint32_t max_ranges = mask.describe().max_ranges;
     std::vector<Position> q;
     for (std::uint32_t j = 0; j < queries; ++j) q.push_back(held[held.size() - queries + j]);
     std::vector<PositionRange> ranges(q.size() * max_ranges);
     std::vector<std::uint32_t> counts(q.size());
-    mask_.visible(q, ranges, counts);
+    mask.visible(q, ranges, counts);
     std::uint64_t total = 0;
     for (std::size_t i = 0; i < q.size(); ++i)
       for (std::uint32_t r = 0; r < counts[i]; ++r) {
@@ -201,12 +228,14 @@ class Simulation {
     const ModelShape& m = cache_.model();
     std::vector<SeqId> ids;
     std::vector<std::uint32_t> counts;
-    std::uint64_t rows = 0, visible = 0;
+    std::uint64_t rows = 0;
+    std::vector<std::uint64_t> visible(masks_.size());  // per layer group
     for (const Running* r : batch) {
       ids.push_back(r->sequence);
-      counts.push_back(prefill ? r->pending : 1);
+      counts.push_back(prefill ? r->reserved : 1);
       rows += counts.back();
-      visible += visible_keys(r->sequence, counts.back());
+      for (std::size_t g = 0; g < masks_.size(); ++g)
+        visible[g] += visible_keys(g, r->sequence, counts.back());
     }
     std::vector<float> k(rows * m.kv_heads * m.head_dim), q(rows * m.q_heads * m.head_dim),
         out(q.size());
@@ -222,7 +251,8 @@ class Simulation {
       const auto start = Clock::now();
       prefill ? cache_.prefill(layer, ids, counts, qt, ot) : cache_.decode(layer, ids, qt, ot);
       attention_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
-      attention_bytes_ += static_cast<double>(visible) * bytes_per_token_;
+      const std::size_t g = cache_.place(layer).group;
+      attention_bytes_ += static_cast<double>(visible[g]) * bytes_per_token_[g];
     }
   }
 
@@ -283,10 +313,13 @@ class Simulation {
 
   void sample(double seconds) {
     const StoreStats st = cache_.stats();
-    const std::uint64_t slots = st.used_pages * cache_.store().info().page_size;
+    const std::uint64_t slots = st.used_pages * page_size_;
     std::uint64_t held = 0, baseline = 0;
     for (const Running& r : running_) {
-      held += cache_.store().length(r.sequence);
+      std::uint64_t most = 0;  // in the group that keeps the most of it
+      for (std::size_t g = 0; g < masks_.size(); ++g)
+        most = std::max(most, cache_.group_store(g).length(r.sequence));
+      held += most;
       baseline += std::max<std::uint64_t>(o_.baseline_max_len,
                                           r.request.prompt_tokens + r.request.output_tokens);
     }
@@ -297,7 +330,8 @@ class Simulation {
           baseline > 0 ? static_cast<double>(held) / static_cast<double>(baseline) : 0.0;
       ++samples_;
     }
-    peak_pages_ = std::max(peak_pages_, st.used_pages);
+    peak_bytes_ = std::max(peak_bytes_, st.used_bytes());
+    peak_running_ = std::max<std::uint64_t>(peak_running_, running_.size());
     timeline_.push_back({now_,
                          static_cast<double>(st.used_pages) / static_cast<double>(st.total_pages),
                          seconds > 0 ? static_cast<double>(running_.size()) / seconds : 0.0});
@@ -362,12 +396,13 @@ class Simulation {
             {"evictions", evictions_},
             {"evicted_tokens", evicted_tokens_},
             {"preemptions", preemptions_},
-            {"peak_kv_bytes", static_cast<std::uint64_t>(
-                                  static_cast<double>(peak_pages_ * page_bytes_) * layer_scale_)}};
+            {"peak_running", peak_running_},
+            {"peak_kv_bytes",
+             static_cast<std::uint64_t>(static_cast<double>(peak_bytes_) * layer_scale_)}};
   }
 
   Cache& cache_;
-  const AttentionMask& mask_;
+  std::vector<std::unique_ptr<AttentionMask>> masks_;
   const SimulationOptions& o_;
   std::vector<Request> requests_;
   double layer_scale_;
@@ -377,75 +412,18 @@ class Simulation {
   std::map<std::size_t, int> times_preempted_;
   std::deque<Running> running_;
   double now_ = 0.0, total_seconds_ = 0.0, attention_seconds_ = 0.0, attention_bytes_ = 0.0;
-  double bytes_per_token_ = 0.0;
-  std::uint64_t page_bytes_ = 0;
+  std::vector<double> bytes_per_token_;  // per layer group
+  std::uint32_t page_size_ = 0;
   std::size_t finished_ = 0, rejected_ = 0;
   std::uint64_t generated_ = 0, prompt_tokens_ = 0, prefix_hits_ = 0, preemptions_ = 0,
                 evictions_ = 0, evicted_tokens_ = 0;
-  std::uint64_t peak_pages_ = 0, samples_ = 0;
+  std::uint64_t peak_bytes_ = 0, peak_running_ = 0, samples_ = 0;
   double utilization_sum_ = 0.0, fragmentation_sum_ = 0.0, baseline_sum_ = 0.0;
   nlohmann::json rejections_ = nlohmann::json::array();
   std::vector<std::array<double, 3>> timeline_;  // time, memory share, running / step seconds
 };
 
-// Quantization error of the configured K format against float32, measured through the backend.
-double quantization_error(const Config& config, std::shared_ptr<const Registry> registry) {
-  Config small = config;
-  small.model.layers = 1;
-  small.eviction = {.name = "none"};
-  // Room for the 256 sampled tokens, whatever the model's head shape.
-  small.cache.capacity_bytes = (256 / config.cache.page_size + 2) * page_cost(store_spec(small));
-  const auto cache = Cache::open(small, registry);
-  const ModelShape& m = small.model;
-  const std::uint32_t tokens = 256;
-  std::mt19937 rng(3);
-  std::normal_distribution<float> normal;
-  std::vector<float> k(std::size_t{tokens} * m.kv_heads * m.head_dim), back(k.size());
-  for (float& x : k) x = normal(rng);
-  const SeqId id = cache->add_sequence();
-  const std::vector<SeqId> ids{id};
-  cache->reserve(ids, std::vector<std::uint32_t>{tokens});
-  std::int64_t shape[3] = {tokens, m.kv_heads, m.head_dim};
-  DLTensor t = host_tensor(k.data(), shape);
-  cache->append(0, ids, std::vector<std::uint32_t>{tokens}, t, t);
-  DLTensor b = t;
-  b.data = back.data();
-  std::vector<float> v_back(back.size());
-  DLTensor vb = t;
-  vb.data = v_back.data();
-  cache->store().gather(0, id, b, vb);
-  double err = 0, mag = 0;
-  for (std::size_t i = 0; i < k.size(); ++i)
-    err += std::fabs(back[i] - k[i]), mag += std::fabs(k[i]);
-  return err / mag;
-}
-
 }  // namespace
-
-std::vector<Request> synthetic_requests(const SimulationOptions& o) {
-  // ShareGPT-like: log-normal prompt and output lengths, Poisson arrivals, a third of the
-  // requests sharing one of four system prompts.
-  std::mt19937_64 rng(o.seed);
-  std::lognormal_distribution<double> prompt(std::log(180.0), 0.8), output(std::log(120.0), 0.7);
-  std::exponential_distribution<double> gap(o.arrival_rate);
-  std::uniform_int_distribution<int> share(0, 11);
-  std::vector<Request> requests;
-  double t = 0.0;
-  for (std::uint32_t i = 0; i < o.requests; ++i) {
-    Request r;
-    r.arrival = t;
-    t += gap(rng);
-    r.prompt_tokens = static_cast<std::uint32_t>(std::clamp(prompt(rng), 8.0, 2048.0));
-    r.output_tokens = static_cast<std::uint32_t>(std::clamp(output(rng), 4.0, 1024.0));
-    const int s = share(rng);
-    if (s < 4) {
-      r.prefix_id = s;
-      r.prompt_tokens = std::max(r.prompt_tokens, kSharedPrefix + 8);
-    }
-    requests.push_back(r);
-  }
-  return requests;
-}
 
 nlohmann::json run_serving_simulation(const Config& config,
                                       std::shared_ptr<const Registry> registry,
@@ -453,13 +431,22 @@ nlohmann::json run_serving_simulation(const Config& config,
   // Compute runs on the simulated layers; memory is sized as for the whole model, so the number
   // of tokens that fit is the real one.
   Config simulated = config;
-  const std::uint32_t layers = std::clamp(o.simulated_layers, 1u, config.model.layers);
+  // A hybrid model runs every layer: its groups are laid over the model's layers.
+  const std::uint32_t layers = config.layer_groups.empty()
+                                   ? std::clamp(o.simulated_layers, 1u, config.model.layers)
+                                   : config.model.layers;
   simulated.model.layers = layers;
   simulated.cache.capacity_bytes = config.cache.capacity_bytes * layers / config.model.layers;
   const auto cache = Cache::open(simulated, registry);
-  std::vector<Request> requests = o.trace.empty() ? synthetic_requests(o) : read_trace(o.trace);
-  const auto mask = registry->create_mask(config.mask.name, config.mask.options);
-  Simulation simulation(*cache, *mask, o, std::move(requests),
+  std::vector<Request> requests = o.trace.empty()
+                                      ? synthetic_requests(o.requests, o.seed, o.arrival_rate)
+                                      : read_trace(o.trace);
+  std::vector<std::unique_ptr<AttentionMask>> masks;
+  if (config.layer_groups.empty())
+    masks.push_back(registry->create_mask(config.mask.name, config.mask.options));
+  for (const LayerGroup& group : config.layer_groups)
+    masks.push_back(registry->create_mask(group.mask.name, group.mask.options));
+  Simulation simulation(*cache, std::move(masks), o, std::move(requests),
                         static_cast<double>(config.model.layers) / layers);
   nlohmann::json report = simulation.run();
   if (cache->remote_stats()) {  // a shared tier: its writes finish, and what it did is reported

@@ -25,12 +25,11 @@ struct SimulationOptions {
   std::uint32_t simulated_layers = 2;     // layers that get K/V and attention each step
   std::uint32_t max_batch = 32;           // running sequences at most
   std::uint32_t baseline_max_len = 2048;  // what a contiguous allocator reserves per request
+  std::uint32_t prefill_chunk = 0;        // prompt tokens a step computes at most; 0: all
   std::string trace;                      // JSONL file; empty: synthetic
   std::string chart;                      // SVG file to write; empty: none
   bool progress = false;
 };
-
-std::vector<Request> synthetic_requests(const SimulationOptions& options);
 
 // Runs the simulation; returns the report (keys listed in the README).
 nlohmann::json run_serving_simulation(const Config& config,

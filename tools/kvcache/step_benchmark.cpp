@@ -29,6 +29,45 @@ struct Samples {
   std::vector<double> total, attention, append;
 };
 
+// Fills each sequence with `tokens` cached tokens, every layer from one random buffer (the
+// contents do not change the work): a few sequences at a time, so the input stays small, or,
+// in a hybrid cache, a page at a time, so that a sliding group holds no more than its window
+// and the page in flight. With `until_full`, one sequence at a time until one does not fit,
+// which is released: the sequences that fit stay in `ids`.
+void fill(Cache& cache, std::vector<SeqId>& ids, std::uint64_t tokens, bool hybrid,
+          bool until_full) {
+  const ModelShape& m = cache.model();
+  const std::uint32_t page = cache.group_store(0).info().page_size;
+  const std::uint64_t chunk =
+      until_full ? 1 : std::max<std::uint64_t>(1, (std::uint64_t{1} << 22) / tokens);
+  const std::uint64_t run = hybrid ? page : tokens;
+  std::mt19937 rng(42);
+  std::normal_distribution<float> normal;
+  std::vector<float> rows(std::min<std::uint64_t>(chunk, ids.size()) * run * m.kv_heads *
+                          m.head_dim);
+  for (float& x : rows) x = normal(rng);
+  for (std::uint64_t first = 0; first < ids.size(); first += chunk) {
+    const std::uint64_t n = std::min<std::uint64_t>(chunk, ids.size() - first);
+    const std::vector<SeqId> part(ids.begin() + static_cast<std::ptrdiff_t>(first),
+                                  ids.begin() + static_cast<std::ptrdiff_t>(first + n));
+    try {
+      for (std::uint64_t done = 0; done < tokens; done += run) {
+        const auto count = static_cast<std::uint32_t>(std::min(run, tokens - done));
+        Step step = cache.begin_step(part, std::vector<std::uint32_t>(n, count));
+        const Tensor t = Tensor::host(
+            rows.data(), {static_cast<std::int64_t>(n * count), m.kv_heads, m.head_dim});
+        for (std::uint32_t layer = 0; layer < m.layers; ++layer) step.append(layer, t, t);
+        (void)step.finish();
+      }
+    } catch (const CacheFull&) {
+      if (!until_full) throw;
+      for (std::size_t i = first; i < ids.size(); ++i) cache.release(ids[i]);
+      ids.resize(first);
+      return;
+    }
+  }
+}
+
 }  // namespace
 
 void add_step_options(CLI::App& command, StepBenchOptions& o) {
@@ -55,66 +94,103 @@ void add_step_options(CLI::App& command, StepBenchOptions& o) {
   command.add_option("--page-size", o.page_size, "tokens per page")
       ->capture_default_str()
       ->check(whole_number(1, 1024));
+  command
+      .add_option("--window", o.window,
+                  "a hybrid model: sliding layers over this many tokens (0: every layer global)")
+      ->capture_default_str();
+  command
+      .add_option("--global-every", o.global_every,
+                  "with --window: every N-th layer is global (Gemma 3: 6)")
+      ->capture_default_str()
+      ->check(whole_number(2, 1u << 20));
+  command
+      .add_option(
+          "--capacity", o.capacity,
+          "KV bytes; then --batch sequences at most, as many as fit (0: room for the batch)")
+      ->capture_default_str();
   command.add_option("--steps", o.steps, "measured steps of each kind")
       ->capture_default_str()
       ->check(positive(o.steps));
 }
 
+namespace {
+
+// The cache of a step benchmark: the model, a layer group per kind of layer when hybrid, and
+// room for every sequence's tokens and the measured steps, a page of slack each (a sliding layer
+// keeps its window's pages, the one it fills and one for the step in flight), or --capacity.
+Config step_config(const StepBenchOptions& o, const Registry& registry) {
+  const std::uint64_t per_sequence = o.tokens + 2ull * o.steps + 2;
+  const std::uint64_t pages = (per_sequence + o.page_size - 1) / o.page_size + 1;
+  const bool hybrid = o.window > 0;
+  std::uint32_t globals = o.layers;
+  std::string layers;
+  if (hybrid) {
+    globals = o.layers / o.global_every;
+    layers = fmt::format(
+        "layers:\n  groups:\n    local: {{mask: {{name: sliding-window, window: {}}}}}\n"
+        "    global: {{}}\n  pattern: [local x{}, global]\n  context: {}\n",
+        o.window, o.global_every - 1, per_sequence);
+  }
+  Config config =
+      parse_config(fmt::format("model: {{layers: {}, q_heads: {}, kv_heads: {}, head_dim: {}}}\n"
+                               "backend: [{}]\nformat: {}\nmask: causal\neviction: none\n"
+                               "cache: {{page_size: {}, prefix_caching: false}}\n{}",
+                               o.layers, o.q_heads, o.kv_heads, o.head_dim, o.backend, o.format,
+                               o.page_size, layers),
+                   "<bench step>", {});
+  Config one_layer = config;
+  one_layer.model.layers = 1;
+  one_layer.layer_groups.clear();
+  const std::uint64_t layer_page = page_cost(store_spec(one_layer, registry));
+  const std::uint64_t window_pages =
+      std::min<std::uint64_t>(pages, (o.window + o.page_size - 1) / o.page_size + 2);
+  config.cache.capacity_bytes =
+      o.capacity > 0
+          ? o.capacity
+          : o.batch * layer_page * (globals * pages + (o.layers - globals) * window_pages);
+  return config;
+}
+
+}  // namespace
+
 StepBenchResult run_step_benchmark(std::shared_ptr<const Registry> registry,
                                    const StepBenchOptions& o, TensorMemory* memory) {
   if (o.batch == 0 || o.layers == 0 || o.steps == 0 || o.tokens == 0)
     throw Error(Code::invalid_argument, "bench step: batch, layers, tokens and steps must be > 0");
-  Config config = parse_config(
-      fmt::format("model: {{layers: {}, q_heads: {}, kv_heads: {}, head_dim: {}}}\n"
-                  "backend: [{}]\nformat: {}\nmask: causal\neviction: none\n"
-                  "cache: {{page_size: {}, prefix_caching: false}}\n",
-                  o.layers, o.q_heads, o.kv_heads, o.head_dim, o.backend, o.format, o.page_size),
-      "<bench step>", {});
-  // Room for every sequence's tokens and the measured steps, a page of slack each.
-  const StoreSpec spec = store_spec(config, *registry);
-  const std::uint64_t per_sequence = o.tokens + 2ull * o.steps + 2;
-  config.cache.capacity_bytes =
-      ((per_sequence + o.page_size - 1) / o.page_size + 1) * o.batch * page_cost(spec);
+  const bool hybrid = o.window > 0;
+  const Config config = step_config(o, *registry);
   const auto cache = Cache::open(config, registry);
   const ModelShape& m = cache->model();
 
   std::vector<SeqId> ids;
   for (std::uint32_t i = 0; i < o.batch; ++i) ids.push_back(cache->add_sequence());
-  // The cached tokens, a few sequences at a time (so the input stays small), every layer from one
-  // random buffer: the contents do not change the work.
-  std::mt19937 rng(42);
+  fill(*cache, ids, o.tokens, hybrid, o.capacity > 0);
+  if (ids.empty())
+    throw Error(Code::invalid_argument, "bench step: --capacity holds no sequence of " +
+                                            std::to_string(o.tokens) + " tokens");
+  std::mt19937 rng(7);
   std::normal_distribution<float> normal;
-  const std::uint64_t chunk = std::max<std::uint64_t>(1, (std::uint64_t{1} << 22) / o.tokens);
-  std::vector<float> rows(std::min<std::uint64_t>(chunk, o.batch) * o.tokens * m.kv_heads *
-                          m.head_dim);
-  for (float& x : rows) x = normal(rng);
-  for (std::uint64_t first = 0; first < o.batch; first += chunk) {
-    const std::uint64_t n = std::min<std::uint64_t>(chunk, o.batch - first);
-    const std::vector<SeqId> part(ids.begin() + static_cast<std::ptrdiff_t>(first),
-                                  ids.begin() + static_cast<std::ptrdiff_t>(first + n));
-    const std::vector<std::uint32_t> counts(n, static_cast<std::uint32_t>(o.tokens));
-    Step fill = cache->begin_step(part, counts);
-    const Tensor t = Tensor::host(
-        rows.data(), {static_cast<std::int64_t>(n * o.tokens), m.kv_heads, m.head_dim});
-    for (std::uint32_t layer = 0; layer < m.layers; ++layer) fill.append(layer, t, t);
-    (void)fill.finish();
-  }
 
-  const auto b = static_cast<std::int64_t>(o.batch);
-  std::vector<float> kv(o.batch * m.kv_heads * m.head_dim), q(o.batch * m.q_heads * m.head_dim),
-      out(q.size());
+  std::vector<float> kv(ids.size() * m.kv_heads * m.head_dim),
+      q(ids.size() * m.q_heads * m.head_dim), out(q.size());
   for (float& x : kv) x = normal(rng);
   for (float& x : q) x = normal(rng);
-  // In the memory asked for, filled once (the values do not change the work).
-  const auto place = [&](std::vector<float>& v, std::initializer_list<std::int64_t> shape) {
-    if (memory == nullptr) return Tensor::host(v.data(), shape);
-    return Tensor(memory->copy_of(v.data(), v.size() * sizeof(float)), {kDLFloat, 32, 1},
-                  memory->device(), shape);
+  // In the memory asked for, filled once (the values do not change the work); a batch that
+  // shrinks (below) takes the first rows.
+  const auto place = [&](std::vector<float>& v) {
+    return memory == nullptr ? v.data() : memory->copy_of(v.data(), v.size() * sizeof(float));
   };
-  const Tensor kvt = place(kv, {b, m.kv_heads, m.head_dim});
-  const Tensor qt = place(q, {b, m.q_heads, m.head_dim});
-  Tensor ot = place(out, {b, m.q_heads, m.head_dim});
-  const std::vector<std::uint32_t> ones(o.batch, 1);
+  void* const kv_data = place(kv);
+  void* const q_data = place(q);
+  void* const out_data = place(out);
+  const DLDevice device = memory == nullptr ? DLDevice{kDLCPU, 0} : memory->device();
+  const auto tensor = [&](void* data, std::uint32_t heads) {
+    return Tensor(data, {kDLFloat, 32, 1}, device,
+                  {static_cast<std::int64_t>(ids.size()), heads, m.head_dim});
+  };
+  Tensor kvt = tensor(kv_data, m.kv_heads), qt = tensor(q_data, m.q_heads),
+         ot = tensor(out_data, m.q_heads);
+  std::vector<std::uint32_t> ones(ids.size(), 1);
 
   const auto planned_step = [&](Samples& s) {
     const auto start = Clock::now();
@@ -151,11 +227,25 @@ StepBenchResult run_step_benchmark(std::shared_ptr<const Registry> registry,
     s.append.push_back(append);
   };
   Samples planned, layered, warm;
-  planned_step(warm);
-  layered_step(warm);
-  for (std::uint32_t i = 0; i < o.steps; ++i) {  // taking turns, so the host's noise hits both
-    planned_step(planned);
-    layered_step(layered);
+  for (;;) {
+    try {
+      planned_step(warm);
+      layered_step(warm);
+      for (std::uint32_t i = 0; i < o.steps; ++i) {  // taking turns: the host's noise hits both
+        planned_step(planned);
+        layered_step(layered);
+      }
+      break;
+    } catch (const CacheFull&) {
+      // A capacity that the fill used up: the newest sequence goes, and the steps start again.
+      if (o.capacity == 0 || ids.size() == 1) throw;
+      cache->release(ids.back());
+      ids.pop_back();
+      ones.pop_back();
+      kvt = tensor(kv_data, m.kv_heads), qt = tensor(q_data, m.q_heads);
+      ot = tensor(out_data, m.q_heads);
+      planned = layered = warm = {};
+    }
   }
 
   StepBenchResult r;
@@ -168,11 +258,20 @@ StepBenchResult run_step_benchmark(std::shared_ptr<const Registry> registry,
   };
   r.planned = times(planned);
   r.layered = times(layered);
-  const StoreInfo info = cache->store().info();
-  const std::uint64_t slot_bytes =
-      (info.k_format.tile_bytes + info.v_format.tile_bytes) / o.page_size;
-  // At the median step: the cached tokens, two warm-up steps and half the measured ones.
-  r.kv_bytes = o.batch * (o.tokens + 2 + o.steps) * m.kv_heads * slot_bytes * m.layers;
+  // At the median step: the cached tokens, two warm-up steps and half the measured ones, or a
+  // sliding layer's window of them.
+  const std::uint64_t held = o.tokens + 2 + o.steps;
+  for (std::size_t g = 0; g < cache->groups().size(); ++g) {
+    const LayerGroupInfo& group = cache->groups()[g];
+    const StoreInfo info = cache->group_store(g).info();
+    const std::uint64_t slot_bytes =
+        (info.k_format.tile_bytes + info.v_format.tile_bytes) / o.page_size;
+    const std::uint64_t seen = group.frees_pages ? std::min<std::uint64_t>(held, o.window) : held;
+    r.kv_bytes += ids.size() * seen * m.kv_heads * slot_bytes * group.layers.size();
+  }
+  r.used_bytes = cache->stats().used_bytes();
+  r.sequences = static_cast<std::uint32_t>(ids.size());
+  r.capacity_bytes = config.cache.capacity_bytes;
   return r;
 }
 
@@ -195,7 +294,12 @@ nlohmann::json to_json(const StepBenchOptions& o, const StepBenchResult& r) {
           {"steps", o.steps},
           {"tensors", r.tensors},
           {"attention_kernel_seconds", r.attention_kernels},
+          {"window", o.window},
+          {"global_every", o.global_every},
+          {"sequences", r.sequences},
+          {"capacity_bytes", r.capacity_bytes},
           {"kv_bytes", r.kv_bytes},
+          {"used_bytes", r.used_bytes},
           {"planned", times(r.planned)},
           {"per_layer", times(r.layered)}};
 }

@@ -29,6 +29,14 @@ struct StepBenchOptions {
   std::uint32_t head_dim = 64;
   std::uint32_t page_size = 16;
   std::uint32_t steps = 20;  // measured steps of each kind
+  // A hybrid model (docs/configuration.md#layers): with a window, every global_every-th layer
+  // (the last of each run, as Gemma 3's 5, 11, ...) is global and the others slide over `window`
+  // tokens. 0: every layer global.
+  std::uint32_t window = 0;
+  std::uint32_t global_every = 6;
+  // KV bytes of the cache; then `batch` is the most sequences, and as many as fit are filled
+  // (StepBenchResult::sequences). 0: room for the batch.
+  std::uint64_t capacity = 0;
 };
 
 // The options of `kvcache bench step` (and of kvcache-device-step-benchmark), into `o`.
@@ -62,6 +70,9 @@ struct StepBenchResult {
   // both kinds' `outside` subtract this.
   double attention_kernels = 0.0;
   std::uint64_t kv_bytes = 0;    // read by the median step's attention, all layers
+  std::uint64_t used_bytes = 0;  // the cache's pages in use after the measured steps (stats())
+  std::uint32_t sequences = 0;   // that ran the steps: the batch, or with a capacity as many as fit
+  std::uint64_t capacity_bytes = 0;
   std::string tensors = "host";  // where the measured steps' tensors were (TensorMemory::name)
 };
 
