@@ -169,6 +169,40 @@ TEST(TensorCommands, AttentionMatchesTheReferenceWithGqaAndAMask) {
   }
 }
 
+// A format from a plugin (the nf4 example, on KVCACHE_PLUGIN_PATH) is a format like the built-in
+// ones to both tensor commands: quantize writes its slots' bytes, attention stores K and V in it.
+TEST(TensorCommands, BothTakeAFormatFromAPlugin) {
+  ::setenv("KVCACHE_PLUGIN_PATH", KVCACHE_TEST_NF4_PLUGIN, 1);
+  const fs::path in = scratch() / "n.npy", out = scratch() / "n_nf4.safetensors";
+  const std::vector<float> x = random_values(40 * 64, 8);
+  write_npy(in, {40, 64}, x);
+  auto [code, text] =
+      kvcache("quantize --format nf4 --in " + in.string() + " --out " + out.string());
+  ASSERT_EQ(code, 0) << text;
+  auto t = read_tensors(out);
+  EXPECT_EQ(t.at("codes").dtype, "U8");
+  EXPECT_EQ(t.at("codes").shape[0], 40);
+  const std::vector<float> deq = t.at("dequantized").to_float("dequantized");
+  double err = 0, mag = 0;
+  for (std::size_t i = 0; i < x.size(); ++i)
+    err += std::fabs(deq[i] - x[i]), mag += std::fabs(x[i]);
+  EXPECT_LT(err / mag, 0.15) << "nf4 is a 4-bit format";
+  EXPECT_GT(err / mag, 0.0) << "nothing was quantized";
+
+  const fs::path q = scratch() / "nq.npy", k = scratch() / "nk.npy", v = scratch() / "nv.npy",
+                 o = scratch() / "no.safetensors";
+  write_npy(q, {4, 1, 64}, random_values(4 * 64, 9));
+  write_npy(k, {2, 40, 64}, random_values(2 * 40 * 64, 10));
+  write_npy(v, {2, 40, 64}, random_values(2 * 40 * 64, 11));
+  std::tie(code, text) =
+      kvcache("attention --q " + q.string() + " --k " + k.string() + " --v " + v.string() +
+              " --out " + o.string() + " --k-format nf4 --v-format nf4 --backend cpu-tbb");
+  ASSERT_EQ(code, 0) << text;
+  EXPECT_THAT(text, ::testing::HasSubstr("K nf4, V nf4"));
+  EXPECT_EQ(read_tensors(o).at("out").shape, (std::vector<std::int64_t>{4, 1, 64}));
+  ::unsetenv("KVCACHE_PLUGIN_PATH");
+}
+
 TEST(TensorCommands, EvaluateRanksFormatsOnDumpedKv) {
   // Two layers of K/V with an outlier channel in the keys, as real models have.
   std::map<std::string, Tensor> dump;

@@ -40,7 +40,12 @@ void run_quantize(const Globals& globals, const QuantizeFlags& f) {
   nlohmann::json options = nlohmann::json::object();
   if (f.group) options["group"] = *f.group;
   if (f.bits) options["bits"] = *f.bits;
-  const FormatSpec spec = parse_format(f.format, options);  // names the nearest format on a typo
+  // A built-in format, or a quantizer component's (its codes and meta written as the bytes of
+  // its slots); a typo gets the nearest name of either.
+  const auto registry = Registry::load(selected_config(globals).plugins);
+  check_format_name(*registry, f.format);
+  const FormatSpec spec = is_built_in_format(f.format) ? parse_format(f.format, options)
+                                                       : FormatSpec{.kind = FormatKind::external};
   const Tensor input = only_tensor(read_tensors(f.in), f.in);
   if (input.shape.empty())
     throw Error(Code::invalid_argument, "'" + f.in + "' must have shape [..., head_dim]");
@@ -53,7 +58,6 @@ void run_quantize(const Globals& globals, const QuantizeFlags& f) {
     throw Error(Code::invalid_argument, f.format + " quantizes whole groups of " +
                                             std::to_string(page) + " rows; '" + f.in + "' has " +
                                             std::to_string(rows));
-  const auto registry = Registry::load(selected_config(globals).plugins);
   const auto quantizer = registry->create_quantizer(f.format, options);
   const StorageFormat layout = quantizer->describe(dim, page);
 
@@ -118,7 +122,10 @@ void run_quantize(const Globals& globals, const QuantizeFlags& f) {
       out["zeros"] = bytes_tensor("F16", meta_shape, zeros);
       break;
     }
-    case FormatKind::external:  // parse_format names built-in formats only
+    case FormatKind::external:
+      out["codes"] = bytes_tensor("U8", with_last(code_columns), codes);
+      if (layout.slot_meta_bytes > 0)
+        out["meta"] = bytes_tensor("U8", with_last(layout.slot_meta_bytes), meta);
       break;
   }
   write_safetensors(f.out, out);
@@ -172,11 +179,14 @@ void run_attention(const Globals& globals, const AttentionFlags& f) {
   config.cache.page_size = f.page_size;
   config.k_quantizer = {.name = f.k_format};
   config.v_quantizer = {.name = f.v_format};
+  config.layer_groups.clear();  // one layer, under --mask
+  // The registry first: a format from a plugin is sized by its own component.
+  const auto registry = Registry::load(config.plugins);
+  for (const std::string& format : {f.k_format, f.v_format}) check_format_name(*registry, format);
   const std::uint64_t pages = static_cast<std::uint64_t>(kv_len) / f.page_size + 2;
-  config.cache.capacity_bytes = pages * page_cost(store_spec(config));
+  config.cache.capacity_bytes = pages * page_cost(store_spec(config, *registry));
   config.mask = parse_mask_spec(f.mask);
   config.eviction = {.name = "none"};
-  const auto registry = Registry::load(config.plugins);
   const auto cache = Cache::open(config, registry);
 
   const SeqId id = cache->add_sequence();
