@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -29,8 +30,35 @@ nb::dict stats_of(const StoreStats& s) {
   d["unused_slots"] = s.unused_slots;
   d["page_bytes"] = s.page_bytes;
   d["used_bytes"] = s.used_bytes();
+  d["total_bytes"] = s.total_bytes();
   d["utilization"] = s.utilization();
   return d;
+}
+
+const char* mask_kind_name(MaskKind kind) {
+  switch (kind) {
+    case MaskKind::causal:
+      return "causal";
+    case MaskKind::sliding_window:
+      return "sliding_window";
+    case MaskKind::sink_window:
+      return "sink_window";
+    case MaskKind::chunked:
+      return "chunked";
+    default:
+      return "custom";
+  }
+}
+
+// The store of `layer`'s group, or with no layer the cache's one store (a hybrid cache refuses,
+// naming the way to each group's).
+const CacheStore& store_of(CacheHandle& c, std::optional<std::uint32_t> layer) {
+  if (layer) return c.cache->group_store(c.cache->place(*layer).group);
+  if (const std::size_t groups = c.cache->groups().size(); groups > 1)
+    throw Error(Code::invalid_argument, "this cache keeps " + std::to_string(groups) +
+                                            " layer groups, one store each: pass layer= to read "
+                                            "that layer's group");
+  return c.cache->store();
 }
 
 StepHandle* begin(CacheHandle& c, const std::vector<SeqId>& ids,
@@ -64,16 +92,41 @@ void bind_cache(nb::module_& m) {
           nb::arg("path_or_yaml") = "")
       .def_prop_ro("backend", [](CacheHandle& c) { return c.cache->backend(); })
       .def_prop_ro("model", [](CacheHandle& c) { return c.cache->model(); })
-      .def("stats",
-           [](CacheHandle& c) { return stats_of(locked(c, [&] { return c.cache->stats(); })); })
-      .def("info",
+      .def(
+          "stats",
+          [](CacheHandle& c, std::optional<std::uint32_t> layer) {
+            return stats_of(
+                locked(c, [&] { return layer ? store_of(c, layer).stats() : c.cache->stats(); }));
+          },
+          nb::arg("layer") = nb::none(),
+          "Pages and bytes: every group's together, or of `layer`'s group")
+      .def(
+          "info",
+          [](CacheHandle& c, std::optional<std::uint32_t> layer) {
+            const StoreInfo i = locked(c, [&] { return store_of(c, layer).info(); });
+            nb::dict d;
+            d["page_size"] = i.page_size;
+            d["total_pages"] = i.total_pages;
+            d["page_bytes"] = i.page_bytes;
+            return d;
+          },
+          nb::arg("layer") = nb::none(),
+          "The store's page size, pages and page bytes (of `layer`'s group in a hybrid cache)")
+      .def("groups",
            [](CacheHandle& c) {
-             const StoreInfo i = locked(c, [&] { return c.cache->store().info(); });
-             nb::dict d;
-             d["page_size"] = i.page_size;
-             d["total_pages"] = i.total_pages;
-             d["page_bytes"] = i.page_bytes;
-             return d;
+             nb::list out;
+             for (const LayerGroupInfo& g : c.cache->groups()) {
+               nb::dict d;
+               d["name"] = g.name;
+               d["layers"] = g.layers;
+               d["frees_pages"] = g.frees_pages;
+               d["kind"] = mask_kind_name(g.mask.kind);
+               d["window"] = g.mask.window;
+               d["sinks"] = g.mask.sinks;
+               d["chunk"] = g.mask.chunk;
+               out.append(d);
+             }
+             return out;
            })
       .def("sequences",
            [](CacheHandle& c) { return locked(c, [&] { return c.cache->sequences(); }); })
@@ -140,22 +193,31 @@ void bind_cache(nb::module_& m) {
            })
       .def("begin_step", &begin, nb::arg("sequences"), nb::arg("new_tokens"),
            nb::rv_policy::take_ownership, nb::keep_alive<0, 1>())
-      .def("length",
-           [](CacheHandle& c, SeqId id) {
-             return locked(c, [&] { return c.cache->store().length(id); });
-           })
+      .def(
+          "length",
+          [](CacheHandle& c, SeqId id, std::optional<std::uint32_t> layer) {
+            return locked(c, [&] { return store_of(c, layer).length(id); });
+          },
+          nb::arg("sequence"), nb::arg("layer") = nb::none())
       .def("written",
            [](CacheHandle& c, SeqId id, std::uint32_t layer) {
-             return locked(c, [&] { return c.cache->store().written(id, layer); });
+             return locked(c, [&] {
+               const LayerPlace at = c.cache->place(layer);
+               return c.cache->group_store(at.group).written(id, at.layer);
+             });
            })
-      .def("positions",
-           [](CacheHandle& c, SeqId id) {
-             return to_numpy(locked(c, [&] { return c.cache->store().positions(id); }));
-           })
-      .def("scores",
-           [](CacheHandle& c, SeqId id) {
-             return to_numpy(locked(c, [&] { return c.cache->store().scores(id); }));
-           })
+      .def(
+          "positions",
+          [](CacheHandle& c, SeqId id, std::optional<std::uint32_t> layer) {
+            return to_numpy(locked(c, [&] { return store_of(c, layer).positions(id); }));
+          },
+          nb::arg("sequence"), nb::arg("layer") = nb::none())
+      .def(
+          "scores",
+          [](CacheHandle& c, SeqId id, std::optional<std::uint32_t> layer) {
+            return to_numpy(locked(c, [&] { return store_of(c, layer).scores(id); }));
+          },
+          nb::arg("sequence"), nb::arg("layer") = nb::none())
       .def(
           "gather",
           [](CacheHandle& c, std::uint32_t layer, SeqId id) {
@@ -163,28 +225,33 @@ void bind_cache(nb::module_& m) {
             std::uint64_t n = 0;
             std::unique_ptr<float[]> k, v;
             locked(c, [&] {  // one locked call: no append comes between the count and the copy
-              n = c.cache->store().written(id, layer);
+              const LayerPlace at = c.cache->place(layer);
+              const CacheStore& store = c.cache->group_store(at.group);
+              n = store.written(id, at.layer);
               const std::size_t floats = n * m.kv_heads * m.head_dim;
               k.reset(new float[floats]);
               v.reset(new float[floats]);
               std::int64_t shape[3] = {static_cast<std::int64_t>(n), m.kv_heads, m.head_dim};
               DLTensor kt{k.get(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, shape, nullptr, 0};
               DLTensor vt{v.get(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, shape, nullptr, 0};
-              c.cache->store().gather(layer, id, kt, vt);
+              store.gather(at.layer, id, kt, vt);
             });
             return nb::make_tuple(numpy_of(std::move(k), {n, m.kv_heads, m.head_dim}),
                                   numpy_of(std::move(v), {n, m.kv_heads, m.head_dim}));
           },
           nb::arg("layer"), nb::arg("sequence"),
           "A copy of a sequence's K and V of one layer as float32 [tokens, kv_heads, head_dim]")
-      .def("page_table", [](CacheHandle& c, const std::vector<SeqId>& ids) {
-        const PageTable t = locked(c, [&] { return c.cache->store().page_table(ids); });
-        nb::dict d;
-        d["indptr"] = to_numpy(t.indptr);
-        d["indices"] = to_numpy(t.indices);
-        d["last_page_len"] = to_numpy(t.last_page_len);
-        return d;
-      });
+      .def(
+          "page_table",
+          [](CacheHandle& c, const std::vector<SeqId>& ids, std::optional<std::uint32_t> layer) {
+            const PageTable t = locked(c, [&] { return store_of(c, layer).page_table(ids); });
+            nb::dict d;
+            d["indptr"] = to_numpy(t.indptr);
+            d["indices"] = to_numpy(t.indices);
+            d["last_page_len"] = to_numpy(t.last_page_len);
+            return d;
+          },
+          nb::arg("sequences"), nb::arg("layer") = nb::none());
 }
 
 }  // namespace kvcache::python

@@ -47,15 +47,20 @@ def test_config_errors_carry_their_diagnostics():
                for d in e.value.diagnostics), e.value.diagnostics
 
 
-def test_layer_groups_are_checked_and_then_refused_by_name():
+def test_layer_groups_are_checked_and_what_they_do_not_run_is_refused_by_name():
     model = {"layers": 12, "q_heads": 4, "kv_heads": 2, "head_dim": 64}
     local = {"mask": {"name": "sliding-window", "window": 128}}
     with pytest.raises(kvcache.ConfigError, match=r"layers 6-11 are in no group"):
         kvcache.Cache(model=model, layers={"groups": {"local": dict(local, layers="0-4"),
                                                       "global": {"layers": [5]}}})
-    with pytest.raises(kvcache.Unsupported, match=r"several layer groups \(local, global\)"):
-        kvcache.Cache(model=model, layers={"groups": {"local": local, "global": {}},
-                                           "pattern": ["local x5", "global"]})
+    layers = {"groups": {"local": local, "global": {}}, "pattern": ["local x5", "global"]}
+    hybrid = kvcache.Cache(model=model, backend=["cpu-tbb"], layers=layers)
+    assert [g["name"] for g in hybrid.groups()] == ["local", "global"]
+    with pytest.raises(kvcache.InvalidArgument, match=r"pass layer="):
+        hybrid.length(hybrid.add_sequence())
+    with pytest.raises(kvcache.Unsupported, match=r"eviction 'streaming' drops tokens"):
+        kvcache.Cache(model=model, backend=["cpu-tbb"], layers=layers,
+                      eviction={"name": "streaming", "sinks": 4, "window": 64})
 
 
 def test_cache_full_carries_the_report_and_reserves_nothing():

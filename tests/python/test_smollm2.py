@@ -129,6 +129,34 @@ def test_streaming_eviction_equals_the_same_mask_without_eviction(smollm2):
     assert evicting.length(seq) <= 4 + 16 + 16 and peak <= 3  # bounded: sinks + window + a page
 
 
+@pytest.mark.parametrize("local, most", [
+    ({"name": "sliding-window", "window": 32}, 32 + 16),             # the window and its page
+    ({"name": "sink-window", "sinks": 4, "window": 16}, 16 + 16 + 16),  # and the sinks' page
+])
+def test_a_hybrid_cache_equals_the_dense_recompute_under_each_layers_mask(smollm2, local, most):
+    """SmolLM2 with a Gemma-3-like pattern imposed: five windowed layers to one global, fp32, a
+    prefill of 20 then token by token. The logits equal a dense recompute in which each layer
+    sees its own mask; the windowed layers hold only their window's pages (and the sinks').
+    (A window of 16 without sinks drops SmolLM2's attention sink, and its activations grow
+    until float32's rounding, not the cache, moves logits by 1e-3.)"""
+    from kvcache.models import llama
+    model, tok = smollm2
+    ids = (tok.encode(TEXT).ids * 2)[:72]
+    layers = {"groups": {"local": {"mask": local}, "global": {}},
+              "pattern": ["local x5", "global"], "context": 128}
+    cache = new_cache(model, format={"k": "fp32", "v": "fp32"}, layers=layers,
+                      cache={"capacity": "64MiB", "prefix_caching": False})
+    seq, first = prefill_chunks(model, cache, ids[:20], 20)
+    rest = [model.step(cache, [seq], [[t]])[0] for t in ids[20:]]
+    got = np.concatenate([first] + rest)
+    want = model.dense_logits(ids, llama.visible_per_layer(cache))
+    np.testing.assert_allclose(got, want, atol=1e-4)
+    assert np.abs(model.dense_logits(ids) - want).max() > 1.0  # the masks matter here
+    assert cache.length(seq, layer=5) == len(ids)
+    assert cache.length(seq, layer=0) <= most
+    assert cache.stats(layer=0)["used_pages"] <= most // 16
+
+
 def test_cache_positions_equal_streamingllms_recompute(smollm2):
     """4 sinks + a window of 16 at positions within the cache, with streaming eviction, decoded
     token by token through fp32: the logits equal a dense recompute in which every query sees its

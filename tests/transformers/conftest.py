@@ -6,8 +6,8 @@ import copy
 
 import pytest
 import torch
-from transformers import (AutoModelForCausalLM, DynamicCache, LlamaConfig, MistralConfig,
-                          Phi3Config, Qwen2Config, Qwen3Config)
+from transformers import (AutoModelForCausalLM, DynamicCache, Gemma3TextConfig, LlamaConfig,
+                          MistralConfig, Phi3Config, Qwen2Config, Qwen3Config)
 
 import kvcache.transformers as kt
 
@@ -22,6 +22,13 @@ FAMILIES = {
     "qwen3": Qwen3Config(**COMMON, head_dim=32),
     "mistral": MistralConfig(**COMMON, sliding_window=12),  # shorter than the texts: it matters
     "phi3": Phi3Config(**COMMON),
+}
+
+# Hybrid models: sliding and full layers, a layer group each in kvcache (docs/configuration.md).
+HYBRID = {
+    # Gemma 3's 5 sliding layers to 1 global, a window shorter than the texts.
+    "gemma3": Gemma3TextConfig(**{**COMMON, "num_hidden_layers": 6}, head_dim=32,
+                               query_pre_attn_scalar=32, sliding_window=8),
 }
 
 

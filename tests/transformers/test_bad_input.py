@@ -4,7 +4,7 @@ generate() interrupted part way, after which the cache goes on as if it had not 
 
 import pytest
 import torch
-from transformers import BartConfig, Gemma2Config, Gemma3TextConfig, GPT2Config
+from transformers import BartConfig, Gemma2Config, Gemma3TextConfig, GPT2Config, GptOssConfig
 
 import kvcache
 import kvcache.transformers as kt
@@ -13,8 +13,9 @@ from conftest import COMMON, FAMILIES, Pair, generate, logit_gap, prompt
 
 @pytest.mark.parametrize("config, reason", [
     (Gemma2Config(**COMMON), "attention soft-capping"),
-    (Gemma3TextConfig(**{**COMMON, "num_hidden_layers": 6}), "layers of different attention kinds"),
+    (Gemma3TextConfig(**{**COMMON, "num_hidden_layers": 6}, head_dim=32), "query_pre_attn_scalar=256"),
     (BartConfig(vocab_size=64, d_model=32), "cross-attention"),
+    (GptOssConfig(**{**COMMON, "num_local_experts": 2}), "learned attention sinks"),
 ])
 def test_a_model_it_cannot_serve_is_refused_with_the_reason(config, reason):
     assert reason in kt.refusal(config)

@@ -4,7 +4,12 @@ every step. Each family of conftest.FAMILIES runs each strategy."""
 
 import torch
 
-from conftest import FAMILIES, Pair, generate, logit_gap, prompt
+import copy
+
+import pytest
+from transformers import DynamicCache
+
+from conftest import FAMILIES, HYBRID, Pair, generate, logit_gap, prompt
 
 BAR = 1e-4
 
@@ -29,12 +34,18 @@ def test_sampling_with_a_fixed_seed(pair):
          generate(pair.ref, ids, pair.dynamic(), seed=5, **kw))
 
 
-def test_a_left_padded_batch(pair):
+def left_padded():
+    """Two prompts of 17 and 6 tokens as one left-padded batch: the ids and the mask."""
     long, short = prompt(17, seed=3)[0], prompt(6, seed=4)[0]
     ids = torch.zeros(2, 17, dtype=torch.long)
     mask = torch.zeros(2, 17, dtype=torch.long)
     ids[0], mask[0] = long, 1
     ids[1, -6:], mask[1, -6:] = short, 1
+    return ids, mask, short
+
+
+def test_a_left_padded_batch(pair):
+    ids, mask, short = left_padded()
     kw = dict(attention_mask=mask, max_new_tokens=10, do_sample=False)
     cache = pair.cache()
     a = generate(pair.kv, ids, cache, **kw)
@@ -147,3 +158,32 @@ def test_an_eviction_policy_with_a_matching_mask():
         at = 30 + step - 1
         assert (x[0] - logits[at]).abs().max().item() < BAR, f"step {step}"
 
+
+
+@pytest.mark.parametrize("name", sorted(HYBRID))
+def test_a_hybrid_model_in_each_strategy(name):
+    """A sliding group and a full one (kvcache's layer groups) against transformers' own hybrid
+    DynamicCache: greedy, sampling, a left-padded batch and beam search."""
+    pair = Pair(HYBRID[name])
+    cache = pair.cache()
+    assert [g["name"] for g in cache.kv.groups()] == ["sliding", "full"]
+    ids = prompt(20)
+    greedy = dict(max_new_tokens=12, do_sample=False)
+    same(generate(pair.kv, ids, cache, **greedy), generate(pair.ref, ids, pair.dynamic(), **greedy))
+    sliding = cache.kv.groups()[0]["layers"][0]
+    assert cache.kv.length(cache.rows[0], layer=sliding) <= 8 + 16  # the window and its page
+    # The windows matter: the same weights with every layer seeing all its keys differ.
+    wide = copy.deepcopy(pair.ref)
+    wide.config.sliding_window = 4096
+    assert logit_gap(generate(wide, ids, DynamicCache(config=wide.config), **greedy),
+                     generate(pair.ref, ids, pair.dynamic(), **greedy)) > 1e-3
+    sampled = dict(max_new_tokens=12, do_sample=True, temperature=0.9, top_k=50)
+    same(generate(pair.kv, ids, pair.cache(), seed=5, **sampled),
+         generate(pair.ref, ids, pair.dynamic(), seed=5, **sampled))
+    padded, mask, _ = left_padded()
+    kw = dict(attention_mask=mask, max_new_tokens=10, do_sample=False)
+    same(generate(pair.kv, padded, pair.cache(), **kw),
+         generate(pair.ref, padded, pair.dynamic(), **kw))
+    beams = dict(max_new_tokens=8, num_beams=4, do_sample=False, num_return_sequences=2)
+    same(generate(pair.kv, ids, pair.cache(), **beams),
+         generate(pair.ref, ids, pair.dynamic(), **beams))

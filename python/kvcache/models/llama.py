@@ -27,6 +27,28 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
+def visible_per_layer(cache):
+    """Each layer's visible(t) under its own group's mask, as the cache reports its groups
+    (config `layers`): the dense reference of a hybrid cache. Masks of other kinds are refused."""
+    out = [None] * cache.model.layers
+    for g in cache.groups():
+        kind, window, sinks, chunk = g["kind"], g["window"], g["sinks"], g["chunk"]
+        if kind == "causal":
+            seen = lambda t: np.arange(t + 1)
+        elif kind == "sliding_window":
+            seen = lambda t, w=window: np.arange(max(0, t - w + 1), t + 1)
+        elif kind == "sink_window":
+            seen = lambda t, w=window, s=sinks: np.union1d(np.arange(min(s, t + 1)),
+                                                           np.arange(max(0, t - w + 1), t + 1))
+        elif kind == "chunked":
+            seen = lambda t, n=chunk: np.arange(t - t % n, t + 1)
+        else:
+            raise ValueError(f"layer group {g['name']}: a {kind} mask has no dense reference here")
+        for layer in g["layers"]:
+            out[layer] = seen
+    return out
+
+
 class Model:
     """SmolLM2 (any Llama) over a Cache whose model shape matches the weights'.
 
@@ -74,7 +96,9 @@ class Model:
         if list(step.sequences) != list(sequences):
             raise RuntimeError(f"the step preempted some of its own sequences: {step.report}")
         ids = np.concatenate([np.asarray(t, np.int64) for t in tokens])
-        positions = np.concatenate([cache.positions(s)[-n:] for s, n in zip(sequences, counts)])
+        # The newest positions, which every layer group holds (a windowed one frees older ones).
+        positions = np.concatenate([cache.positions(s, layer=0)[-n:]
+                                    for s, n in zip(sequences, counts)])
         decode = all(n == 1 for n in counts)
         x = self.w.embedding[ids]
         for layer, L in enumerate(self.w.layers):
@@ -102,15 +126,17 @@ class Model:
 
     def dense_logits(self, ids, visible=None, cache_positions=False):
         """Logits of every token of `ids` from a full recompute, attention in float64: causal, or
-        over visible(t), the ascending positions token t sees. With cache_positions, positions
+        over visible(t), the ascending positions token t sees (a list of such functions: one per
+        layer, as visible_per_layer gives for a hybrid cache). With cache_positions, positions
         as StreamingLLM numbers them within the cache: the keys a query sees rotated at their rank
         among them, the query at its own rank (the reference of docs/streaming.md)."""
         c = self.c
         ids = np.asarray(ids, np.int64)
         n, group = len(ids), c.q_heads // c.kv_heads
         visible = visible or (lambda t: np.arange(t + 1))
+        per_layer = visible if isinstance(visible, (list, tuple)) else [visible] * c.layers
         x = self.w.embedding[ids]
-        for L in self.w.layers:
+        for L, visible in zip(self.w.layers, per_layer):
             h = rms_norm(x, L.attn_norm, c.rms_eps)
             q = (self.linear(h, L.wq)).reshape(n, c.q_heads, c.head_dim)
             k = (self.linear(h, L.wk)).reshape(n, c.kv_heads, c.head_dim)

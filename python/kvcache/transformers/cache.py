@@ -98,6 +98,10 @@ class KVCache(Cache):
         layers = self.sections["model"]["layers"]
         Cache.__init__(self, layers=[KVLayer(self, i) for i in range(layers)])
         self.last_layer = layers - 1
+        # A layer whose group keeps every token (a hybrid cache's sliding layers free theirs):
+        # what crop() counts the held tokens by, as Cache.truncate does.
+        full = [g for g in kv.groups() if not g["frees_pages"]] or kv.groups()
+        self.full_layer = full[0]["layers"][0]
         self.rows = []      # kvcache sequence of each batch row
         self.real = None    # [batch, columns] bool: which columns hold a token
         self.step = None    # the open kvcache Step of a forward pass
@@ -191,7 +195,7 @@ class KVCache(Cache):
         if n > self.columns:
             raise ValueError(f"crop({tokens_to_remove}): the cache holds {self.columns} tokens")
         dropped = self.real[:, -n:].sum(dim=1).tolist()
-        held = [self.kv.length(s) for s in self.rows]
+        held = [self.kv.length(s, layer=self.full_layer) for s in self.rows]
         if any(d > h for d, h in zip(dropped, held)):
             raise ValueError(f"crop({tokens_to_remove}): the eviction policy has already dropped "
                              "some of these tokens")

@@ -58,10 +58,10 @@ def refusal(config):
     if getattr(config, "attn_logit_softcapping", None) is not None:
         return (f"{name}: attention soft-capping (attn_logit_softcapping="
                 f"{config.attn_logit_softcapping}) is not supported by kvcache's kernels")
+    if getattr(config, "model_type", None) == "gpt_oss":
+        return (f"{name}: learned attention sinks (a logit per head that every query's softmax "
+                "adds) are not supported by kvcache's kernels")
     layer_types = getattr(config, "layer_types", None)
-    if layer_types and len(set(layer_types)) > 1:
-        return (f"{name}: layers of different attention kinds ({sorted(set(layer_types))}): "
-                "a mask per layer group is not built yet")
     if layer_types and set(layer_types) - {"full_attention", "sliding_attention"}:
         return f"{name}: attention kind {sorted(set(layer_types))} is not supported"
     head_dim = shape(config)["head_dim"]
@@ -80,6 +80,19 @@ def window(config):
     if getattr(config, "use_sliding_window", True) is False:
         return None
     return getattr(config, "sliding_window", None)
+
+
+def layer_groups(config):
+    """A hybrid model's `layers` section: its sliding and its full layers as two groups, each
+    naming its layers (config.layer_types); None when every layer attends alike."""
+    layer_types = getattr(config, "layer_types", None)
+    if not layer_types or len(set(layer_types)) == 1:
+        return None
+    of = lambda kind: [i for i, t in enumerate(layer_types) if t == kind]
+    return {"groups": {
+        "sliding": {"mask": {"name": "sliding-window", "window": int(config.sliding_window)},
+                    "layers": of("sliding_attention")},
+        "full": {"mask": {"name": "causal"}, "layers": of("full_attention")}}}
 
 
 def sections(config, user):
@@ -106,6 +119,16 @@ def sections(config, user):
     if isinstance(mask, dict) and mask.get("positions") == "cache" and "rope" not in model:
         raise Unsupported(f"mask {mask.get('name')} with positions: cache turns queries by the "
                           f"model's RoPE, and {type(config).__name__} has none kvcache can state")
+    groups = layer_groups(config)
+    if groups is not None and "layers" not in out:
+        if out.get("mask") is not None:
+            raise ConfigError(
+                f"mask: {type(config).__name__} mixes sliding and full layers, each with its "
+                f"own mask; give a layers section instead of one mask",
+                [f"<keywords>: error: mask {out['mask']!r} for a hybrid model"])
+        out["layers"] = groups
+        out["cache"] = dict(out.get("cache") or {})
+        out["cache"].setdefault("prefix_caching", False)  # not built for layer groups yet
     w = window(config)
     if w is not None:
         mask = out.get("mask")
