@@ -44,29 +44,46 @@ std::unique_ptr<Cache> open_yaml(const std::string& yaml) {
   return Cache::open(parse_config(yaml, "hybrid_test.yaml", {}), testing::test_registry());
 }
 
+// The rows of a step of `tokens` new tokens, from `seed`, and room for every layer's output.
+struct Rows {
+  std::vector<float> k, v, q, out;
+  std::int64_t kv_shape[3], q_shape[3];
+  Rows(std::uint32_t tokens, unsigned seed)
+      : kv_shape{tokens, kKvHeads, kDim}, q_shape{tokens, kQHeads, kDim} {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal;
+    k.resize(std::size_t{tokens} * kKvHeads * kDim);
+    v.resize(k.size());
+    q.resize(std::size_t{tokens} * kQHeads * kDim);
+    out.resize(kLayers * q.size());
+    for (auto* x : {&k, &v, &q})
+      for (float& e : *x) e = normal(rng);
+  }
+  DLTensor k_of() { return host_tensor(k.data(), kv_shape); }
+  DLTensor v_of() { return host_tensor(v.data(), kv_shape); }
+  DLTensor q_of() { return host_tensor(q.data(), q_shape); }
+  DLTensor out_of(std::uint32_t layer) {
+    return host_tensor(out.data() + layer * q.size(), q_shape);
+  }
+};
+
 // One step of `tokens` new tokens for `id`, rows from `seed`: every layer's output, in order.
 // What the step evicted goes to `report`; without one, the step must evict nothing.
 std::vector<float> run_step(Cache& cache, SeqId id, std::uint32_t tokens, unsigned seed,
                             EvictionReport* report = nullptr) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal;
-  std::vector<float> k(std::size_t{tokens} * kKvHeads * kDim), v(k.size()),
-      q(std::size_t{tokens} * kQHeads * kDim), out(kLayers * q.size());
-  for (auto* x : {&k, &v, &q})
-    for (float& e : *x) e = normal(rng);
-  std::int64_t kv_shape[3] = {tokens, kKvHeads, kDim}, q_shape[3] = {tokens, kQHeads, kDim};
+  Rows rows(tokens, seed);
   Step step = cache.begin_step(id, tokens);
   for (std::uint32_t layer = 0; layer < kLayers; ++layer) {
-    step.append(layer, host_tensor(k.data(), kv_shape), host_tensor(v.data(), kv_shape));
-    DLTensor o = host_tensor(out.data() + layer * q.size(), q_shape);
-    step.prefill(layer, host_tensor(q.data(), q_shape), o);
+    step.append(layer, rows.k_of(), rows.v_of());
+    DLTensor o = rows.out_of(layer);
+    step.prefill(layer, rows.q_of(), o);
   }
   const EvictionReport evicted = step.finish();
   if (report != nullptr)
     report->merge(evicted);
   else
     EXPECT_TRUE(evicted.empty());
-  return out;
+  return rows.out;
 }
 
 class HybridOn : public ::testing::TestWithParam<std::string> {
@@ -161,24 +178,17 @@ TEST_P(HybridOn, ThePerLayerCallsAgreeWithTheStep) {
   for (unsigned i = 0; i < 30; ++i) {
     const std::uint32_t tokens = i == 0 ? 12 : 1;
     const std::vector<float> want = run_step(*stepped, a, tokens, i);
-    std::mt19937 rng(i);
-    std::normal_distribution<float> normal;
-    std::vector<float> k(std::size_t{tokens} * kKvHeads * kDim), v(k.size()),
-        q(std::size_t{tokens} * kQHeads * kDim), out(kLayers * q.size());
-    for (auto* x : {&k, &v, &q})
-      for (float& e : *x) e = normal(rng);
-    std::int64_t kv_shape[3] = {tokens, kKvHeads, kDim}, q_shape[3] = {tokens, kQHeads, kDim};
+    Rows rows(tokens, i);
     const std::vector<SeqId> ids{b};
     const std::vector<std::uint32_t> counts{tokens};
     layered->reserve(ids, counts);
     for (std::uint32_t layer = 0; layer < kLayers; ++layer) {
-      layered->append(layer, ids, counts, host_tensor(k.data(), kv_shape),
-                      host_tensor(v.data(), kv_shape));
-      DLTensor o = host_tensor(out.data() + layer * q.size(), q_shape);
-      layered->prefill(layer, ids, counts, host_tensor(q.data(), q_shape), o);
+      layered->append(layer, ids, counts, rows.k_of(), rows.v_of());
+      DLTensor o = rows.out_of(layer);
+      layered->prefill(layer, ids, counts, rows.q_of(), o);
     }
     layered->end_step();
-    ASSERT_EQ(out, want) << "step " << i;
+    ASSERT_EQ(rows.out, want) << "step " << i;
   }
   EXPECT_EQ(layered->group_store(0).positions(b), stepped->group_store(0).positions(a));
 }
