@@ -232,6 +232,21 @@ TEST(Hybrid, RefusesWhatItDoesNotRunYetByName) {
           "layers.groups.local.format.k: kivi-k scales over groups of tokens");
 }
 
+TEST(Hybrid, GroupsThatDoNotCoverTheModelOnceAreRefused) {
+  Config config = parse_config(hybrid_yaml("cpu-tbb"), "hybrid_test.yaml", {});
+  config.model.layers = 2;  // made in code after reading: layer 2 is past the model
+  try {
+    Cache::open(config, testing::test_registry());
+    FAIL() << "opened groups past the model";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::invalid_argument);
+    EXPECT_THAT(e.what(), HasSubstr("layer 2 is past the model's 2"));
+  }
+  config.model.layers = 3;
+  config.layer_groups[1].layers.push_back(0);
+  EXPECT_THROW(Cache::open(config, testing::test_registry()), Error);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, HybridOn, ::testing::Values("cpu-tbb", "gpu-emulated"));
 
 }  // namespace

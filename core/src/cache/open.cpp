@@ -123,9 +123,24 @@ const ComponentInfo& choose_backend(Cache::Impl& impl, const Config& config) {
               "no backend of the preference list is available here (" + why + ")");
 }
 
-// What a cache of several groups does not run yet, refused by name before any memory is taken.
+// What a cache of several groups does not run yet, refused by name before any memory is taken;
+// and groups that do not cover the model's layers once each (a Config made in code, not read).
 void refuse_for_groups(const Config& config, const EvictionPolicy* policy) {
   if (config.layer_groups.empty()) return;
+  std::vector<int> owners(config.model.layers, 0);
+  for (const LayerGroup& group : config.layer_groups)
+    for (const std::uint32_t layer : group.layers) {
+      if (layer >= config.model.layers)
+        throw Error(Code::invalid_argument, "layers.groups." + group.name + ": layer " +
+                                                std::to_string(layer) + " is past the model's " +
+                                                std::to_string(config.model.layers));
+      ++owners[layer];
+    }
+  for (std::uint32_t layer = 0; layer < config.model.layers; ++layer)
+    if (owners[layer] != 1)
+      throw Error(Code::invalid_argument, "layers: layer " + std::to_string(layer) + " is in " +
+                                              std::to_string(owners[layer]) +
+                                              " groups; every layer is in exactly one");
   if (config.remote)
     throw Error(Code::unsupported,
                 "remote: the shared tier of a cache of several layer groups is not built yet");
