@@ -59,7 +59,7 @@ std::unique_ptr<CLI::App> make_app(Globals& globals) {
   add_plugins_command(app, globals);
   add_config_command(app, globals);
   add_bench_command(app, globals);
-  add_plan_command(app);
+  add_plan_command(app, globals);
   add_tensor_commands(app, globals);
   add_evaluate_command(app, globals);
   add_conformance_command(app, globals);

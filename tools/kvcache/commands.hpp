@@ -26,7 +26,7 @@ Config selected_config(const Globals& globals);
 void add_plugins_command(CLI::App& app, const Globals& globals);
 void add_config_command(CLI::App& app, const Globals& globals);
 void add_bench_command(CLI::App& app, const Globals& globals);
-void add_plan_command(CLI::App& app);
+void add_plan_command(CLI::App& app, const Globals& globals);
 void add_tensor_commands(CLI::App& app, const Globals& globals);
 void add_evaluate_command(CLI::App& app, const Globals& globals);
 void add_conformance_command(CLI::App& app, const Globals& globals);

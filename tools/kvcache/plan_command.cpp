@@ -1,7 +1,7 @@
-// `kvcache plan`: the seed's memory formula made useful. For each storage format (scales
-// counted) and for MHA / GQA / MQA: KV bytes for the batch and context, pages and last-page
-// waste for the page size, and the largest batch that fits the memory left after the weights.
-// A hybrid preset's local and global layers keep different tokens: each group's bytes too.
+// `kvcache plan`: the seed's memory formula made useful. For each storage format, the installed
+// plugins' too (scales counted) and for MHA / GQA / MQA: KV bytes for the batch and context, pages
+// and last-page waste for the page size, and the largest batch that fits the memory left after the
+// weights. A hybrid preset's local and global layers keep different tokens: each group's bytes too.
 #include <algorithm>
 #include <iostream>
 #include <memory>
@@ -17,6 +17,8 @@
 #include "kvcache/formats.hpp"
 #include "kvcache/model_presets.hpp"
 #include "kvcache/nearest_name.hpp"
+#include "kvcache/quantizer.hpp"
+#include "kvcache/registry.hpp"
 #include "validators.hpp"
 
 namespace kvcache::tool {
@@ -101,7 +103,15 @@ nlohmann::json group_json(const std::vector<std::pair<Group, std::uint64_t>>& gr
   return out;
 }
 
-void run_plan(const PlanFlags& f) {
+// The built-in formats, then those of the installed quantizer components.
+std::vector<std::string> every_format(const Registry& registry) {
+  std::vector<std::string> names = format_names();
+  for (const std::string& name : registry.names(ComponentKind::quantizer))
+    if (!is_built_in_format(name)) names.push_back(name);
+  return names;
+}
+
+void run_plan(const PlanFlags& f, const Registry& registry) {
   const ModelPreset* preset = find_model_preset(f.preset);
   if (preset == nullptr) {
     std::vector<std::string> names;
@@ -140,10 +150,12 @@ void run_plan(const PlanFlags& f) {
   if (m.kv_heads != m.q_heads && m.kv_heads != 1) layouts.emplace_back("GQA", m.kv_heads);
   if (m.q_heads != 1) layouts.emplace_back("MQA", 1);
   std::vector<Row> rows;
-  for (const std::string& name : format_names()) {
+  for (const std::string& name : every_format(registry)) {
     StorageFormat layout;
     try {
-      layout = format_layout(parse_format(name), m.head_dim, f.page_size);
+      layout = is_built_in_format(name)
+                   ? format_layout(parse_format(name), m.head_dim, f.page_size)
+                   : registry.create_quantizer(name, {})->describe(m.head_dim, f.page_size);
     } catch (const Error&) {
       continue;  // e.g. kivi-k's group does not divide this page size
     }
@@ -219,7 +231,7 @@ void run_plan(const PlanFlags& f) {
 
 }  // namespace
 
-void add_plan_command(CLI::App& app) {
+void add_plan_command(CLI::App& app, const Globals& globals) {
   auto f = std::make_shared<PlanFlags>();
   CLI::App* plan =
       app.add_subcommand("plan", "KV cache memory per format, attention layout and batch");
@@ -251,7 +263,10 @@ void add_plan_command(CLI::App& app) {
   plan->add_option("--weights", f->weights, "memory taken by the weights, e.g. 16GiB")
       ->capture_default_str();
   plan->add_flag("--json", f->json, "print one JSON object");
-  plan->callback([f] { run_plan(*f); });
+  plan->callback([&globals, f] {
+    if (globals.checks_only) return;
+    run_plan(*f, *Registry::load(selected_config(globals).plugins));
+  });
 }
 
 }  // namespace kvcache::tool
