@@ -1,7 +1,7 @@
-// The config: the embedded default, overlaid by a file, overlaid by KVCACHE_* variables.
+// The config: the embedded default, overlaid by a file, overlaid by KVCACHE_* variables; the
+// YAML sections' readers (remote's in remote_reader.cpp, the variables in environment.cpp,
+// the writer in config_writer.cpp).
 #include "kvcache/config.hpp"
-
-#include <unistd.h>  // environ
 
 #include <algorithm>
 #include <array>
@@ -16,9 +16,7 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "config/layers_reader.hpp"
-#include "config/text_check.hpp"
-#include "config/yaml_reader.hpp"
+#include "config/overlay.hpp"
 #include "kvcache/model_presets.hpp"
 #include "kvcache/nearest_name.hpp"
 
@@ -27,103 +25,9 @@ namespace detail {
 extern const char* const default_config_text;
 }  // namespace detail
 
-namespace {
-
-using detail::Field;
-using detail::layer_ranges;
-using detail::LayersSection;
-using detail::read_layers;
-using detail::resolve_layers;
-using detail::text_fault;
-using detail::YamlReader;
-
-constexpr std::string_view kDefaultOrigin = "<embedded default>";
-constexpr std::string_view kEnvPrefix = "KVCACHE_";
-constexpr std::string_view kBackendVariable = "KVCACHE_BACKEND";
-constexpr std::string_view kPluginPathVariable = "KVCACHE_PLUGIN_PATH";
-// Read by the command-line tool, not by the config.
-constexpr std::string_view kLogLevelVariable = "KVCACHE_LOG_LEVEL";
-// Read by the cpu-tbb backend (which kernels it may use), not by the config.
-constexpr std::array<std::string_view, 3> kCpuVariables = {"KVCACHE_CPU_ISA", "KVCACHE_CPU_NO_VNNI",
-                                                           "KVCACHE_CPU_NO_VBMI"};
-
-// A variable that sets one key; `key` is empty for a component section (a name, no options).
-struct EnvKey {
-  std::string_view variable;
-  std::string_view section;
-  std::string_view key;
-};
-constexpr std::array<EnvKey, 13> kEnvKeys = {{
-    {"KVCACHE_MODEL_LAYERS", "model", "layers"},
-    {"KVCACHE_MODEL_Q_HEADS", "model", "q_heads"},
-    {"KVCACHE_MODEL_KV_HEADS", "model", "kv_heads"},
-    {"KVCACHE_MODEL_HEAD_DIM", "model", "head_dim"},
-    {"KVCACHE_CACHE_PAGE_SIZE", "cache", "page_size"},
-    {"KVCACHE_CACHE_CAPACITY", "cache", "capacity"},
-    {"KVCACHE_CACHE_PREFIX_CACHING", "cache", "prefix_caching"},
-    {"KVCACHE_FORMAT_K", "format", "k"},
-    {"KVCACHE_FORMAT_V", "format", "v"},
-    {"KVCACHE_QUANTIZER_K", "format", "k"},  // the section's old name
-    {"KVCACHE_QUANTIZER_V", "format", "v"},
-    {"KVCACHE_MASK", "mask", ""},
-    {"KVCACHE_EVICTION", "eviction", ""},
-}};
+namespace detail {
 
 constexpr std::uint32_t kMaxPageSize = 1024;
-
-std::vector<std::string> split(std::string_view text, char separator) {
-  std::vector<std::string> parts;
-  while (true) {
-    const std::size_t end = text.find(separator);
-    parts.emplace_back(text.substr(0, end));
-    if (end == std::string_view::npos) return parts;
-    text.remove_prefix(end + 1);
-  }
-}
-
-std::string trim(std::string_view text) {
-  const auto space = [](char c) { return c == ' ' || c == '\t'; };
-  while (!text.empty() && space(text.front())) text.remove_prefix(1);
-  while (!text.empty() && space(text.back())) text.remove_suffix(1);
-  return std::string(text);
-}
-
-// Applies sources over one Config in order (default, file, environment): every key a source
-// states replaces what came before it.
-class Overlay {
- public:
-  Overlay(Config& config, std::vector<Diagnostic>& errors) : config_(config), errors_(errors) {}
-
-  void apply_yaml(std::string_view text, const std::string& origin);
-  void apply_environment(const Environment& env);
-  // Checks that involve several keys, on the final values.
-  void check();
-
- private:
-  void section(YamlReader& reader, const std::string& name, const Field& value);
-  void model_key(YamlReader& reader, const std::string& key, const Field& value);
-  void model_preset(YamlReader& reader, const Field& value);
-  void rope_key(YamlReader& reader, Rope& rope, const std::string& key, const Field& value);
-  void scaling_key(YamlReader& reader, RopeScaling& scaling, const std::string& key,
-                   const Field& value);
-  void cache_key(YamlReader& reader, const std::string& key, const Field& value);
-  void plugins_key(YamlReader& reader, const std::string& key, const Field& value);
-  void remote_key(YamlReader& reader, RemoteSettings& remote, const std::string& key,
-                  const Field& value);
-  void quantizer_key(YamlReader& reader, const std::string& key, const Field& value);
-  bool formats_given_ = false;  // one of format and quantizer, once
-  void backend_list(YamlReader& reader, const Field& value);
-  static std::optional<PluginPath> plugin_path(YamlReader& reader, const Field& item);
-
-  Config& config_;
-  std::vector<Diagnostic>& errors_;
-  // Where the head counts were last set, for the multiple-of check once all sources are in.
-  SourceLocation q_heads_where_;
-  SourceLocation kv_heads_where_;
-  bool head_count_unreadable_ = false;
-  // The last `layers` section read, laid over the model by check().
-  std::optional<LayersSection> layers_;
-};
 
 void Overlay::apply_yaml(std::string_view text, const std::string& origin) {
   YamlReader reader(origin, errors_);
@@ -190,57 +94,6 @@ void Overlay::section(YamlReader& reader, const std::string& name, const Field& 
         value, {"transport", "endpoints", "namespace", "model", "write", "read", "breaker"},
         [&](const std::string& k, const Field& f) { remote_key(reader, remote, k, f); });
     if (errors_.size() == errors && value.node.IsMap()) config_.remote = remote;
-  }
-}
-
-void Overlay::remote_key(YamlReader& reader, RemoteSettings& remote, const std::string& key,
-                         const Field& value) {
-  const auto nested = [&](std::initializer_list<std::string_view> keys, auto read) {
-    reader.for_each_entry(value, keys, read);
-  };
-  const auto count = [&](const Field& f, std::uint32_t& out) {
-    if (const auto n = reader.positive_int(f)) out = *n;
-  };
-  if (key == "transport") {
-    reader.component(value, remote.transport);
-  } else if (key == "endpoints") {
-    const auto items = reader.items(value, "a list of endpoints");
-    if (!items) return;
-    remote.endpoints.clear();
-    for (const Field& item : *items)
-      if (const auto endpoint = reader.text(item, "an endpoint"))
-        remote.endpoints.push_back(*endpoint);
-  } else if (key == "model") {
-    if (const auto model = reader.text(value, "the model's identity")) remote.model = *model;
-  } else if (key == "namespace") {
-    nested({"label", "salt_env"}, [&](const std::string& k, const Field& f) {
-      const auto text = reader.text(f, k == "label" ? "a label" : "a variable's name");
-      if (!text) return;
-      const bool plain = std::all_of(text->begin(), text->end(), [](char c) {
-        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
-      });
-      if (!plain)
-        reader.error(f,
-                     "expected letters, digits, '_', '-' or '.' (it is part of every key), "
-                     "got '" +
-                         *text + "'");
-      else
-        (k == "label" ? remote.label : remote.salt_env) = *text;
-    });
-  } else if (key == "write") {
-    nested({"queue"}, [&](const std::string&, const Field& f) {
-      if (const auto bytes = reader.size(f)) remote.queue_bytes = *bytes;
-    });
-  } else if (key == "read") {
-    nested({"min_pages", "batch_pages", "deadline_ms"}, [&](const std::string& k, const Field& f) {
-      count(f, k == "min_pages"     ? remote.min_pages
-               : k == "batch_pages" ? remote.batch_pages
-                                    : remote.deadline_ms);
-    });
-  } else if (key == "breaker") {
-    nested({"failures", "open_ms"}, [&](const std::string& k, const Field& f) {
-      count(f, k == "failures" ? remote.breaker_failures : remote.breaker_open_ms);
-    });
   }
 }
 
@@ -456,69 +309,6 @@ std::optional<PluginPath> Overlay::plugin_path(YamlReader& reader, const Field& 
   return result;
 }
 
-void Overlay::apply_environment(const Environment& env) {
-  // Fields from the environment carry their own location; the origin here is never shown.
-  YamlReader reader("environment", errors_);
-  for (const auto& [variable, value] : env) {
-    if (!variable.starts_with(kEnvPrefix) || variable == kLogLevelVariable ||
-        std::find(kCpuVariables.begin(), kCpuVariables.end(), variable) != kCpuVariables.end())
-      continue;
-    const SourceLocation where{"environment variable " + variable, 0, 0};
-    if (text_fault(value)) {
-      reader.error(where, "", "the value is not UTF-8 text without control characters");
-      continue;
-    }
-    // Names only, without options, as for the other component variables.
-    if (variable == kBackendVariable) {
-      std::vector<ComponentChoice> backends;
-      for (const std::string& part : split(value, ',')) {
-        if (std::string name = trim(part); !name.empty())
-          backends.push_back({.name = std::move(name), .where = where});
-      }
-      if (backends.empty()) {
-        reader.error(where, "backend",
-                     "expected a comma-separated list of backend names, got '" + value + "'");
-      } else {
-        config_.backends = std::move(backends);
-        config_.backends_where = where;
-      }
-      continue;
-    }
-    if (variable == kPluginPathVariable) {
-      config_.plugins.env_paths.clear();
-      for (std::string& part : split(value, ':')) {
-        if (!part.empty()) config_.plugins.env_paths.push_back(std::move(part));
-      }
-      continue;
-    }
-    const auto known = std::find_if(kEnvKeys.begin(), kEnvKeys.end(),
-                                    [&](const EnvKey& k) { return k.variable == variable; });
-    if (known == kEnvKeys.end()) {
-      // Compare without the shared prefix, which would make every name look near.
-      std::vector<std::string_view> names = {kBackendVariable, kPluginPathVariable,
-                                             kLogLevelVariable};
-      names.insert(names.end(), kCpuVariables.begin(), kCpuVariables.end());
-      for (const EnvKey& k : kEnvKeys) names.push_back(k.variable);
-      for (std::string_view& name : names) name.remove_prefix(kEnvPrefix.size());
-      const auto nearest =
-          nearest_name(std::string_view(variable).substr(kEnvPrefix.size()), names);
-      config_.warnings.push_back(
-          {Diagnostic::Severity::warning, where, "",
-           "unknown variable " + variable +
-               (nearest ? " (did you mean " + std::string(kEnvPrefix) + *nearest + "?)" : "")});
-      continue;
-    }
-    const std::string section(known->section);
-    const std::string key(known->key);
-    const Field field{YAML::Node(value), where, key.empty() ? section : section + "." + key};
-    if (section == "model") model_key(reader, key, field);
-    if (section == "cache") cache_key(reader, key, field);
-    if (section == "format") quantizer_key(reader, key, field);
-    if (section == "mask") reader.component(field, config_.mask);
-    if (section == "eviction") reader.component(field, config_.eviction);
-  }
-}
-
 void Overlay::check() {
   if (layers_) resolve_layers(*layers_, config_, errors_);
   if (config_.remote && config_.remote->transport.name.empty())
@@ -543,6 +333,13 @@ void Overlay::check() {
                          ") must be a multiple of kv_heads (" + std::to_string(model.kv_heads) +
                          ")"});
 }
+
+}  // namespace detail
+
+namespace {
+
+using detail::kDefaultOrigin;
+using detail::Overlay;
 
 // The default, then `yaml` if given, then `env`; throws ConfigError listing every error.
 Config resolve(std::optional<std::string_view> yaml, const std::string& origin,
@@ -571,65 +368,6 @@ std::string joined(const std::vector<Diagnostic>& diagnostics) {
   return text;
 }
 
-// Strings that would read back as another type, or not at all, must be quoted.
-bool needs_quotes(const std::string& text) {
-  return text.empty() || text == "~" || text == "null" || text == "Null" || text == "NULL" ||
-         !detail::scalar_to_json(text).is_string();
-}
-
-void emit_json(YAML::Emitter& out, const nlohmann::json& value) {
-  switch (value.type()) {
-    case nlohmann::json::value_t::object:
-      out << YAML::BeginMap;
-      for (const auto& [key, item] : value.items()) {
-        out << YAML::Key << key << YAML::Value;
-        emit_json(out, item);
-      }
-      out << YAML::EndMap;
-      break;
-    case nlohmann::json::value_t::array:
-      out << YAML::BeginSeq;
-      for (const auto& item : value) emit_json(out, item);
-      out << YAML::EndSeq;
-      break;
-    case nlohmann::json::value_t::string: {
-      const auto& text = value.get_ref<const std::string&>();
-      if (needs_quotes(text)) out << YAML::DoubleQuoted;
-      out << text;
-      break;
-    }
-    case nlohmann::json::value_t::boolean:
-      out << value.get<bool>();
-      break;
-    case nlohmann::json::value_t::number_integer:
-      out << value.get<std::int64_t>();
-      break;
-    case nlohmann::json::value_t::number_unsigned:
-      out << value.get<std::uint64_t>();
-      break;
-    // JSON's text is the shortest that reads back exactly, and always looks like a double.
-    case nlohmann::json::value_t::number_float:
-      out << value.dump();
-      break;
-    default:
-      out << YAML::Null;
-      break;
-  }
-}
-
-void emit_component(YAML::Emitter& out, const ComponentChoice& choice) {
-  if (choice.options.empty()) {
-    out << choice.name;
-    return;
-  }
-  out << YAML::BeginMap << YAML::Key << "name" << YAML::Value << choice.name;
-  for (const auto& [key, item] : choice.options.items()) {
-    out << YAML::Key << key << YAML::Value;
-    emit_json(out, item);
-  }
-  out << YAML::EndMap;
-}
-
 }  // namespace
 
 std::string to_string(const SourceLocation& where) {
@@ -647,17 +385,6 @@ std::string to_string(const Diagnostic& diagnostic) {
 
 ConfigError::ConfigError(std::vector<Diagnostic> diagnostics)
     : Error(Code::invalid_argument, joined(diagnostics)), diagnostics_(std::move(diagnostics)) {}
-
-Environment process_environment() {
-  Environment env;
-  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
-    const std::string_view text(*entry);
-    const std::size_t equals = text.find('=');
-    if (!text.starts_with(kEnvPrefix) || equals == std::string_view::npos) continue;
-    env.emplace(text.substr(0, equals), text.substr(equals + 1));
-  }
-  return env;
-}
 
 std::string_view default_config_yaml() {
   return detail::default_config_text;
@@ -700,112 +427,6 @@ Config read_config(std::string_view path_or_yaml, const Environment& env) {
                     !std::filesystem::exists(std::filesystem::path(path_or_yaml), not_a_file);
   return yaml ? parse_config(path_or_yaml, "<yaml text>", env)
               : load_config(std::filesystem::path(path_or_yaml), env);
-}
-
-std::string to_yaml(const Config& config) {
-  YAML::Emitter out;
-  out << YAML::Comment("kvcache configuration resolved from " + config.origin);
-  out << YAML::BeginMap;
-  out << YAML::Key << "model" << YAML::Value << YAML::Flow << YAML::BeginMap;
-  out << YAML::Key << "layers" << YAML::Value << config.model.layers;
-  out << YAML::Key << "q_heads" << YAML::Value << config.model.q_heads;
-  out << YAML::Key << "kv_heads" << YAML::Value << config.model.kv_heads;
-  out << YAML::Key << "head_dim" << YAML::Value << config.model.head_dim;
-  if (config.rope) {
-    const Rope& r = *config.rope;
-    out << YAML::Key << "rope" << YAML::Value << YAML::BeginMap;
-    out << YAML::Key << "theta" << YAML::Value << r.theta;
-    if (r.dims != 0) out << YAML::Key << "dims" << YAML::Value << r.dims;
-    out << YAML::Key << "style" << YAML::Value << to_string(r.style);
-    if (r.scaling.kind != RopeScaling::Kind::none) {
-      out << YAML::Key << "scaling" << YAML::Value << YAML::BeginMap;
-      out << YAML::Key << "type" << YAML::Value << to_string(r.scaling.kind);
-      out << YAML::Key << "factor" << YAML::Value << r.scaling.factor;
-      out << YAML::Key << "low_freq_factor" << YAML::Value << r.scaling.low_freq_factor;
-      out << YAML::Key << "high_freq_factor" << YAML::Value << r.scaling.high_freq_factor;
-      out << YAML::Key << "original_context" << YAML::Value << r.scaling.original_context;
-      out << YAML::EndMap;
-    }
-    out << YAML::EndMap;
-  }
-  out << YAML::EndMap;
-  out << YAML::Key << "backend" << YAML::Value << YAML::Flow << YAML::BeginSeq;
-  for (const ComponentChoice& backend : config.backends) emit_component(out, backend);
-  out << YAML::EndSeq;
-  out << YAML::Key << "cache" << YAML::Value << YAML::Flow << YAML::BeginMap;
-  out << YAML::Key << "page_size" << YAML::Value << config.cache.page_size;
-  out << YAML::Key << "capacity" << YAML::Value << format_size(config.cache.capacity_bytes);
-  out << YAML::Key << "prefix_caching" << YAML::Value << config.cache.prefix_caching;
-  out << YAML::EndMap;
-  out << YAML::Key << "format" << YAML::Value << YAML::Flow << YAML::BeginMap;
-  out << YAML::Key << "k" << YAML::Value;
-  emit_component(out, config.k_quantizer);
-  out << YAML::Key << "v" << YAML::Value;
-  emit_component(out, config.v_quantizer);
-  out << YAML::EndMap;
-  out << YAML::Key << "mask" << YAML::Value << YAML::Flow;
-  emit_component(out, config.mask);
-  out << YAML::Key << "eviction" << YAML::Value << YAML::Flow;
-  emit_component(out, config.eviction);
-  if (!config.layer_groups.empty()) {
-    out << YAML::Key << "layers" << YAML::Value << YAML::BeginMap;
-    out << YAML::Key << "groups" << YAML::Value << YAML::BeginMap;
-    for (const LayerGroup& group : config.layer_groups) {
-      out << YAML::Key << group.name << YAML::Value << YAML::Flow << YAML::BeginMap;
-      out << YAML::Key << "mask" << YAML::Value;
-      emit_component(out, group.mask);
-      out << YAML::Key << "format" << YAML::Value << YAML::BeginMap;
-      out << YAML::Key << "k" << YAML::Value;
-      emit_component(out, group.k_format);
-      out << YAML::Key << "v" << YAML::Value;
-      emit_component(out, group.v_format);
-      out << YAML::EndMap;
-      out << YAML::Key << "layers" << YAML::Value << layer_ranges(group.layers);
-      out << YAML::EndMap;
-    }
-    out << YAML::EndMap;
-    out << YAML::Key << "context" << YAML::Value << config.group_context;
-    out << YAML::EndMap;
-  }
-  // env_paths are left out: they come from KVCACHE_PLUGIN_PATH, not from a file.
-  out << YAML::Key << "plugins" << YAML::Value << YAML::Flow << YAML::BeginMap;
-  out << YAML::Key << "paths" << YAML::Value << YAML::BeginSeq;
-  for (const PluginPath& path : config.plugins.paths) {
-    if (!path.required) {
-      out << path.path;
-      continue;
-    }
-    out << YAML::BeginMap << YAML::Key << "path" << YAML::Value << path.path;
-    out << YAML::Key << "required" << YAML::Value << true << YAML::EndMap;
-  }
-  out << YAML::EndSeq;
-  out << YAML::Key << "required" << YAML::Value << YAML::BeginSeq;
-  for (const RequiredPlugin& plugin : config.plugins.required) out << plugin.name;
-  out << YAML::EndSeq << YAML::EndMap;
-  if (config.remote) {
-    const RemoteSettings& r = *config.remote;
-    out << YAML::Key << "remote" << YAML::Value << YAML::BeginMap;
-    out << YAML::Key << "transport" << YAML::Value << YAML::Flow;
-    emit_component(out, r.transport);
-    out << YAML::Key << "endpoints" << YAML::Value << YAML::Flow << r.endpoints;
-    out << YAML::Key << "namespace" << YAML::Value << YAML::Flow << YAML::BeginMap;
-    out << YAML::Key << "label" << YAML::Value << r.label;
-    if (!r.salt_env.empty()) out << YAML::Key << "salt_env" << YAML::Value << r.salt_env;
-    out << YAML::EndMap;
-    out << YAML::Key << "model" << YAML::Value << YAML::DoubleQuoted << r.model;
-    out << YAML::Key << "write" << YAML::Value << YAML::Flow << YAML::BeginMap;
-    out << YAML::Key << "queue" << YAML::Value << format_size(r.queue_bytes) << YAML::EndMap;
-    out << YAML::Key << "read" << YAML::Value << YAML::Flow << YAML::BeginMap;
-    out << YAML::Key << "min_pages" << YAML::Value << r.min_pages;
-    out << YAML::Key << "batch_pages" << YAML::Value << r.batch_pages;
-    out << YAML::Key << "deadline_ms" << YAML::Value << r.deadline_ms << YAML::EndMap;
-    out << YAML::Key << "breaker" << YAML::Value << YAML::Flow << YAML::BeginMap;
-    out << YAML::Key << "failures" << YAML::Value << r.breaker_failures;
-    out << YAML::Key << "open_ms" << YAML::Value << r.breaker_open_ms << YAML::EndMap;
-    out << YAML::EndMap;
-  }
-  out << YAML::EndMap;
-  return std::string(out.c_str()) + "\n";
 }
 
 }  // namespace kvcache
