@@ -53,7 +53,7 @@ inline constexpr float kLargestByteWeight = 255.0f;
 // converting its integer sums) is paid once per span; the key passes of a span's blocks run
 // first and leave their weights in rows of kSpan per head. The AVX-512 int8 pass takes spans of
 // kInt8SpanBlocks (see kLargestCode): its weights rounded, its sums converted and added to the
-// accumulators once per two blocks (int8 kernels at GQA 4 about 13% faster than per block).
+// accumulators once per two blocks (measured faster than per block).
 inline constexpr std::uint32_t kSpanBlocks = 4, kSpan = 16 * kSpanBlocks, kInt8SpanBlocks = 2;
 
 // What the passes over a block read: q (float, or quantized for int8/int4 keys), 16 key rows
@@ -96,9 +96,8 @@ struct PendingValues {
 // Asks for shares [first, first + count) (of 32) of the prefetch lines, so they spread through
 // the compute instead of leaving in one burst that overflows the L1 miss buffers: the key pass
 // asks for shares 0..15, the value pass for 16..31 (one per row). Shares are equal parts of a
-// tile's lines (a tile of 20 or 33 lines is not front-loaded into the key pass: int8 at 32768 x 8
-// about 10% faster). Into L2 (hint 2), which leaves the L1 miss buffers to the loads (int8 about
-// 1.2x faster here than with hint 3).
+// tile's lines (a tile of 20 or 33 lines is not front-loaded into the key pass). Into L2 (hint
+// 2), which leaves the L1 miss buffers to the loads (int8 faster than with hint 3).
 inline constexpr std::uint32_t kShares = 32;
 KVCACHE_INLINE void prefetch_shares(const Block16& b, std::uint32_t first, std::uint32_t count) {
   for (const Block16::Ahead& a : b.ahead)
@@ -106,8 +105,8 @@ KVCACHE_INLINE void prefetch_shares(const Block16& b, std::uint32_t first, std::
       __builtin_prefetch(a.from + std::size_t{i} * 64, 0, 2);
 }
 // The key pass's shares for head (or pass) g of G: its half, or all of them where the value pass
-// runs once per span (AVX-512 int4: it would ask for four blocks' shares at once; int4 calls of
-// 32768 tokens on one thread about 3% faster with all of them asked for by the key pass).
+// runs once per span (AVX-512 int4: it would ask for four blocks' shares at once, later than the
+// key pass can).
 template <int G, std::uint32_t Shares = kShares / 2>
 KVCACHE_INLINE void prefetch_key_shares(const Block16& b, int g) {
   prefetch_shares(b, static_cast<std::uint32_t>(g) * Shares / G, Shares / G);

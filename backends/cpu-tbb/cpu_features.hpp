@@ -25,9 +25,8 @@ bool has_vnni();
 bool has_vbmi();
 
 // Whether the AVX-512 int8 key pass asks for a block's rows into L1 before it transposes them:
-// on Intel CPUs (Sapphire Rapids: int8 from memory about 10% faster), not on AMD's (Zen 4:
-// whole calls of 4096 x 8 and 32768 x 1 tokens x batch 13% faster without, 32768 x 8 4%). A
-// choice of speed alone.
+// on Intel CPUs (faster on Sapphire Rapids), not on AMD's (faster without on Zen 4; figures:
+// docs/perf-log.md). A choice of speed alone.
 bool prefetch_rows_into_l1();
 
 // The kernels in use, as a user reads them: "avx512-vnni", "avx512", "avx2-vnni", "avx2" or

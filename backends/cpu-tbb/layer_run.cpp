@@ -14,9 +14,8 @@ namespace {
 // `kind`: at least two pages, and more for small tiles, so that a format read fast (int4: a
 // 16-slot page of 1-1.3 KB in a few hundred ns) asks early enough to cover the memory's latency.
 // int8 twice as far: on Zen 4, with the two distances taking turns call by call in one run, int8
-// calls ran faster with 16 KB than with 8 (32768 tokens x 8 sequences: 6-13%, 32768 x 1: 2-11%,
-// 4096 x 8: 2-4%, 4096 x 1: the same), where fp16 and bf16 ran no faster and int4 2-3% slower
-// (and from 24 KB on, fp16 2-9% slower).
+// calls ran faster with 16 KB than with 8, where fp16 and bf16 ran no faster and int4 slower
+// (figures: docs/perf-log.md, "Figures that stood in code comments").
 constexpr std::size_t prefetch_bytes(RowFormat kind) {
   return kind == RowFormat::int8 ? 16384 : 8192;
 }
@@ -25,7 +24,7 @@ constexpr std::size_t prefetch_bytes(RowFormat kind) {
 // dominated by per-call costs, some thirty allocations among them. Its first buffer holds the
 // scaled queries, the items' softmax states and bookkeeping, up to 4 MiB (a large prefill's
 // further buffers grow from that, not from its whole size): every further buffer costs a call
-// microseconds (6 us at 4096 tokens, its pages new each time). Not for what the parallel tasks
+// microseconds, its pages new each time. Not for what the parallel tasks
 // allocate (the arena is not synchronized).
 std::size_t arena_bytes(std::uint64_t pairs, std::uint32_t group, std::uint32_t dim,
                         const WorkSchedule& schedule) {

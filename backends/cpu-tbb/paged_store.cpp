@@ -26,7 +26,7 @@ namespace {
 
 // The pools in 2 MiB-aligned memory that the kernel is asked to back with huge pages: attention
 // walks pages scattered over the pool, and with 4 KiB pages nearly every tile it reads starts
-// with a TLB miss (decode about 4% faster here with huge pages). Without them (another
+// with a TLB miss, which huge pages avoid. Without them (another
 // OS, or transparent huge pages off) the memory is the same, only slower to walk.
 constexpr std::size_t kHugePage = std::size_t{1} << 21;
 std::byte* allocate_pool(std::size_t bytes) {

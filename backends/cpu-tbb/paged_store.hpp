@@ -61,8 +61,7 @@ class PagedStore final : public paging::PagedStoreBase {
   const Sequence& find(SeqId id) const { return book_.find(id); }
   // Pools are [layer][K, V][kv head][page] tiles: the pages of one head follow each other, so
   // attention (a thread walks one head of a sequence) reads a run of pages the allocator handed
-  // out together as one stream (decode at 32k tokens x 8: int8 about 1.2x, fp16 1.05x faster here
-  // than with [page][kv head]).
+  // out together as one stream (faster than [page][kv head], docs/perf-log.md).
   std::byte* tile(PageId page, std::uint32_t layer, std::uint32_t head, bool value) const {
     return memory_.get() + layer * layer_stride_ + (value ? k_pool_bytes_ : 0) +
            (std::size_t{head} * book_.total_pages() + page) * codec(value).layout().tile_bytes;

@@ -1,8 +1,7 @@
 // The merge of partial softmax states (FlashInfer's cascade.cuh): the items over a (query, kernel
 // head) pair (see WorkSchedule) each leave a partial state; the task that finishes a pair's last
 // one merges them into its final state and writes the pair's output rows, while the parts are
-// still in cache (merged at the end of the call instead, a decode of 4096 tokens on two threads
-// spent 4-5 us on its 32 parts, every read a cache miss).
+// still in cache (merged at the end of the call instead, every read of a part is a cache miss).
 #pragma once
 
 #include <atomic>
@@ -22,8 +21,7 @@ class PairMerge {
   // Writes into out, [queries, q_heads, head_dim] float32, float16 or bfloat16.
   PairMerge(LayerRun& run, DLTensor& out);
   // The state of an item, laid out by its task just before its kernels use it (zeroed up front
-  // instead, 32 states of a decode of 4096 tokens on two threads took 2 us, their lines having
-  // left the caches since the last call).
+  // instead, their lines would have left the caches by the time the items run).
   SoftmaxState& start(std::size_t item);
   // After an item's kernels: counts its pairs down, merging those it completes.
   void finished(std::size_t item, float* row);

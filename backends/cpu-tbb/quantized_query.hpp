@@ -50,8 +50,9 @@ class QuantizedQuery {
 
 // A chunk (kQueryChunk elements) of q quantized, alike in both families: step = max|x| / 127 and
 // codes[i] = rne(x[i] x 127 / max|x|), all 0 where max|x| is under the smallest normal float
-// (127 / max|x| would overflow). A multiplication rather than a division per element (decodes
-// of 16 tokens 3-5% faster). zero_chunk: whether a chunk of this max|x| (or NaN) is all zeros.
+// (127 / max|x| would overflow). A multiplication rather than a division per element: short
+// decodes are bound by such per-call work. zero_chunk: whether a chunk of this max|x| (or NaN) is
+// all zeros.
 inline bool zero_chunk(float top) {
   return !(top >= std::numeric_limits<float>::min());
 }

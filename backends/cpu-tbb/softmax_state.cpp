@@ -25,8 +25,8 @@ void SoftmaxState::merge(const SoftmaxState& other, std::uint32_t dim, std::uint
     if (other.m[o] == -std::numeric_limits<float>::infinity()) continue;
     const float top = std::max(m[g], other.m[o]);
     const float mine = std::exp2(m[g] - top), theirs = std::exp2(other.m[o] - top);
-    // mix_into is vectorized where the CPU allows (a long decode split across threads merges
-    // some thirty states: scalar, that took 2-4% of an int4 call of 4096 tokens).
+    // mix_into is vectorized where the CPU allows: a long decode split across threads merges
+    // some thirty states, and scalar merging showed in an int4 call's time (docs/perf-log.md).
     mix_into(l.data() + std::size_t{g} * kLanes, mine, other.l.data() + std::size_t{o} * kLanes,
              theirs, kLanes);
     mix_into(acc.data() + std::size_t{g} * dim, mine, other.acc.data() + std::size_t{o} * dim,

@@ -145,9 +145,8 @@ __global__ void move_kernel(SlotMoveArgs a, std::uint64_t bytes, bool gather) {
 constexpr std::uint32_t kAttendWarps = kItemSlots / kWarp;
 constexpr std::uint32_t kChunk = kHeadDimStep;
 // Rows in flight per lane, and blocks per multiprocessor the registers must allow (items of up to
-// 4 heads). Measured on an H200 against 2 and 3 (168 registers, no spills): 4 and 1 (198
-// registers) up to 15% slower, 4 and 3 (a few spills) up to 15% faster at fp16, even at int8,
-// 2 and 4 (128 registers, spills) mixed: the kernel is bound by its instructions, not these.
+// 4 heads). 2 and 3 (168 registers, no spills) against the other pairs measured on an H200
+// (docs/perf-log.md): none clearly better, the kernel being bound by its instructions.
 constexpr std::uint32_t kUnroll = 2;
 [[maybe_unused]] constexpr std::uint32_t kMinBlocks = 3;  // unused where __launch_bounds__ is not
 

@@ -160,11 +160,10 @@ KVCACHE_VNNI void keys16_int8(const Block16& b) {
 // the query's even and odd codes. Two ands take the nibbles apart: the high ones stay in place
 // (vpdpbusd reads them as unsigned bytes, 16 times the codes), so the odd sums, multiples of 16,
 // are shifted down by 4 (exactly) to join the even ones, once per head and unit instead of a
-// shift or a GF(2) affine transform per column (which would take a pipe the dot products need:
-// int4 kernels about 2% faster at GQA 4 and 8 here). The integer sums run over units of 32
-// elements (S = 32) or 64 (a query chunk, whose step they share, inside one group); per (head,
-// unit) the sum times the group's scale and the chunk's step, plus the group's minimum times step
-// x the query codes' sum.
+// shift or a GF(2) affine transform per column (which would take a pipe the dot products need). The
+// integer sums run over units of 32 elements (S = 32) or 64 (a query chunk, whose step they share,
+// inside one group); per (head, unit) the sum times the group's scale and the chunk's step, plus
+// the group's minimum times step x the query codes' sum.
 template <int G, int D, int S>
 KVCACHE_VNNI void keys16_int4(const Block16& b) {
   static_assert(D == 64 || D == 128);
@@ -189,8 +188,7 @@ KVCACHE_VNNI void keys16_int4(const Block16& b) {
     for (int g = 0; g < G; ++g) {
       const std::int8_t* codes = q8.codes.data() + g * D + 16 * first;
       // A sum of the even and one of the odd elements per part of 32: chains of four vpdpbusd
-      // (with one of each per unit of 64, chains of eight, the pass waited on their latency:
-      // about 6% of int4 in groups of 64 and 128).
+      // (with one of each per unit of 64, chains of eight, the pass waited on their latency).
       __m512i dot[2 * Unit];
       for (int i = 0; i < 2 * Unit; ++i) dot[i] = _mm512_setzero_si512();
       for (int c = 0; c < 4 * Unit; ++c) {

@@ -60,7 +60,7 @@ KVCACHE_AVX512 KVCACHE_INLINE void store_codes(__m512 scaled, std::int16_t* code
 // chunk of the rows). In inline assembly because GCC 12 copies an accumulator updated by the
 // intrinsic in a loop to another register and back at every step; by value, because with the
 // accumulator passed by reference GCC kept the 16 sums of the int4 pass for groups of 8 on the
-// stack, a load and a store around every vpdpwssd (int4 at group 8 about 20% slower).
+// stack, a load and a store around every vpdpwssd.
 KVCACHE_AVX512 KVCACHE_INLINE __m512i dpwssd(__m512i acc, __m512i a, __m512i w) {
   asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(w));
   return acc;
@@ -198,7 +198,7 @@ KVCACHE_AVX512 KVCACHE_INLINE __m512i dpbusd(__m512i acc, __m512i w, __m512i a) 
 // rounded to 1/128 by vpmulhrsw (which rounds) and that to an integer: off by at most 1/2 + 1/50
 // of kLargestByteWeight x w / (largest w) x scale / (largest scale) (see kLargestByteWeight).
 // Converting the weights per head and the scales per group, and multiplying words, instead of
-// products in floats per (head, group): int4 kernels about 2% faster at GQA 4 on Zen 4.
+// products in floats per (head, group): fewer instructions on the pipe of the dot products.
 inline constexpr float kWeightWord = 32767.0f, kScaleWord = 128.0f * kLargestByteWeight;
 
 // Blocks blocks' 16 floats each (up to 4; zeros for the rest) times `factor`, rounded to int16,

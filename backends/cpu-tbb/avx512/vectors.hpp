@@ -163,8 +163,7 @@ KVCACHE_AVX512 KVCACHE_INLINE void add_weights(__m512 x, __mmask16 present, floa
 template <int D>
 KVCACHE_AVX512 KVCACHE_INLINE void softmax16(__m512 logits, std::uint32_t n, float& m, float* l,
                                              float* acc, float* weight, std::uint32_t earlier) {
-  // The lanes past n get -inf (comparing under the mask instead cost the fp16 kernels 4% at GQA 4
-  // on Zen 4).
+  // The lanes past n get -inf (cheaper than comparing under the mask for the fp16 kernels).
   const auto present = static_cast<__mmask16>((1u << n) - 1);
   logits = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), present, logits);
   if (_mm512_cmp_ps_mask(logits, _mm512_set1_ps(m + kRescaleSlack), _CMP_GT_OQ) != 0)
@@ -174,8 +173,8 @@ KVCACHE_AVX512 KVCACHE_INLINE void softmax16(__m512 logits, std::uint32_t n, flo
 
 // The same update for all G heads of a block at once, for the integer kernels: one comparison,
 // of the largest of the heads' logits less their m, and one branch (a comparison and a branch per
-// head took about 4% of the int8 and int4 kernels at GQA 4 on Zen 4, where vcmpps takes the pipe
-// of the dot products; the fp16 kernels, though, were 6% slower with it).
+// head showed in the int8 and int4 kernels on Zen 4, where vcmpps takes the pipe of the dot
+// products; the fp16 kernels, though, were slower with it).
 template <int G, int D>
 KVCACHE_AVX512 KVCACHE_INLINE void softmax16_heads(const __m512 (&logits)[G], const Block16& b) {
   const auto present = static_cast<__mmask16>((1u << b.n) - 1);
