@@ -113,6 +113,138 @@ void print_replicas(const nlohmann::json& r, bool json) {
   }
 }
 
+// `kvcache bench attention`: see attention_benchmark.hpp.
+void add_attention_command(CLI::App& bench, const Globals& globals) {
+  CLI::App* attention = bench.add_subcommand(
+      "attention",
+      "One layer of decode attention (or a prefill chunk), against the machine's read bandwidth");
+  examples(attention,
+           {"kvcache bench attention --format int4-group:group=64 --tokens 32768 --batch 8",
+            "kvcache bench attention --k-format int8-per-token --v-format int4-group --json",
+            "kvcache bench attention --queries 256 --mask sink-window:4:1024"});
+  struct Flags {
+    AttentionBenchOptions options;
+    std::string format, k_format = "fp16", v_format = "fp16", mask = "causal";
+    bool json = false;
+  };
+  auto f = std::make_shared<Flags>();
+  AttentionBenchOptions& o = f->options;
+  attention->add_option("--backend", o.backend, "backend component")->capture_default_str();
+  attention->add_option("--format", f->format,
+                        "storage format of K and V, with options as NAME:KEY=VALUE[,KEY=VALUE] "
+                        "(e.g. int4-group:group=64)");
+  attention->add_option("--k-format", f->k_format, "storage format of K (as --format)")
+      ->capture_default_str();
+  attention->add_option("--v-format", f->v_format, "storage format of V (as --format)")
+      ->capture_default_str();
+  attention->add_option("--tokens", o.tokens, "cached tokens per sequence")
+      ->capture_default_str()
+      ->check(positive(o.tokens));
+  attention->add_option("--batch", o.batch, "sequences")
+      ->capture_default_str()
+      ->check(positive(o.batch));
+  attention
+      ->add_option("--queries", o.queries,
+                   "query tokens per sequence: 1 is decode, more a prefill chunk (the last "
+                   "cached tokens)")
+      ->capture_default_str()
+      ->check(positive(o.queries));
+  attention->add_option("--q-heads", o.q_heads, "query heads")
+      ->capture_default_str()
+      ->check(positive(o.q_heads));
+  attention->add_option("--kv-heads", o.kv_heads, "KV heads")
+      ->capture_default_str()
+      ->check(positive(o.kv_heads));
+  attention->add_option("--head-dim", o.head_dim, "head dimension")
+      ->capture_default_str()
+      ->check(positive(o.head_dim));
+  attention->add_option("--page-size", o.page_size, "tokens per page")
+      ->capture_default_str()
+      ->check(whole_number(1, 1024));
+  attention
+      ->add_option("--mask", f->mask,
+                   "causal, sliding-window:W, sink-window:S:W[:cache], chunked:C (:cache: "
+                   "positions within the cache, the query turned for the sinks by "
+                   "Llama 3's RoPE)")
+      ->capture_default_str();
+  attention->add_option("--threads", o.threads, "worker threads (0: all)")->capture_default_str();
+  attention->add_option("--min-seconds", o.min_seconds, "time to spend measuring")
+      ->capture_default_str();
+  attention->add_flag("--hot", o.hot,
+                      "read one layer again and again (default: take turns over enough layers "
+                      "that the KV read is 8x the last-level cache)");
+  attention->add_flag("--json", f->json, "print one JSON object");
+  attention->callback([&globals, f] {
+    if (globals.checks_only) return;
+    AttentionBenchOptions& o = f->options;
+    if (!f->format.empty()) f->k_format = f->v_format = f->format;
+    ComponentChoice k = parse_format_spec(f->k_format), v = parse_format_spec(f->v_format);
+    o.k_format = std::move(k.name);
+    o.k_options = std::move(k.options);
+    o.v_format = std::move(v.name);
+    o.v_options = std::move(v.options);
+    o.mask = parse_mask_spec(f->mask);
+    const Config config = selected_config(globals);
+    const auto registry = Registry::load(config.plugins);
+    const AttentionBenchResult r = run_attention_benchmark(*registry, o);
+    if (f->json) {
+      std::cout << to_json(o, r).dump() << '\n';
+      return;
+    }
+    std::cout << fmt::format(
+        "backend {} on {}\n"
+        "K {}, V {}, {} tokens x batch {}, {} queries each, {}/{} heads x {}, page {}, mask {}, {} "
+        "threads\n"
+        "KV read per call:   {:.2f} MB (scales included), {}\n"
+        "time per call:      {:.3f} ms (median of {}, on a step's plan made in {:.3f} ms)\n"
+        "attention:          {:.1f} GB/s = {:.2f} of memory bandwidth ({:.1f} GB/s, {}, measured "
+        "in this run), {:.1f} GFLOP/s{}\n"
+        "tokens/s:           {:.0f}\n",
+        o.backend, r.device, f->k_format, f->v_format, o.tokens, o.batch, o.queries, o.q_heads,
+        o.kv_heads, o.head_dim, o.page_size, f->mask, r.threads, r.kv_bytes / 1e6,
+        o.hot ? std::string("one layer, read hot")
+              : fmt::format("calls take turns over {} layers ({:.0f} MB of KV, last-level cache "
+                            "{:.0f} MB)",
+                            r.layers, r.layers * r.kv_bytes / 1e6, r.cache_bytes / 1e6),
+        r.seconds * 1e3, r.calls, r.plan_seconds * 1e3, r.gbps, r.bandwidth_fraction,
+        r.read_bandwidth_gbps, r.bandwidth_probe, r.gflops,
+        r.fma_peak_gflops > 0.0 ? fmt::format(" = {:.2f} of the FMA peak ({:.0f} GFLOP/s, measured "
+                                              "in this run)",
+                                              r.flop_fraction, r.fma_peak_gflops)
+                                : std::string(),
+        r.tokens_per_second);
+  });
+}
+
+// The serving simulation's report as text.
+void print_simulation(const nlohmann::json& r) {
+  std::cout << fmt::format(
+      "backend {}, K {}, V {}, eviction {}; {} layers computed of {}\n"
+      "requests:           {} finished, {} rejected, {} preemptions\n"
+      "throughput:         {:.0f} tokens/s ({} tokens in {:.2f} s)\n"
+      "attention:          {:.1f} GB/s of KV read\n"
+      "KV utilization:     {:.1f}% of allocated slots hold tokens; internal fragmentation "
+      "{:.1f}%\n"
+      "contiguous baseline: {:.1f}% (max-length reservation per request)\n"
+      "prefix cache:       {:.1f}% of prompt tokens reused\n"
+      "evictions:          {} ranges, {} tokens dropped\n"
+      "peak KV memory:     {:.1f} MiB (whole model)\n"
+      "quantization error: {:.2e} (mean |error| / mean |x|, K format)\n",
+      r["backend"].get<std::string>(), r["k_format"].get<std::string>(),
+      r["v_format"].get<std::string>(), r["eviction"].get<std::string>(),
+      r["simulated_layers"].get<int>(), r["model_layers"].get<int>(), r["finished"].get<int>(),
+      r["rejected"].get<int>(), r["preemptions"].get<int>(), r["tokens_per_second"].get<double>(),
+      r["generated_tokens"].get<std::uint64_t>(), r["seconds"].get<double>(),
+      r["attention_gbps"].get<double>(), 100 * r["kv_utilization"].get<double>(),
+      100 * r["fragmentation"].get<double>(), 100 * r["baseline_utilization"].get<double>(),
+      100 * r["prefix_hit_rate"].get<double>(), r["evictions"].get<int>(),
+      r["evicted_tokens"].get<std::uint64_t>(), r["peak_kv_bytes"].get<double>() / (1 << 20),
+      r["quant_error"].is_null() ? std::nan("") : r["quant_error"].get<double>());
+  for (const auto& rejection : r["rejections"])
+    std::cout << fmt::format("rejected request {}: {}\n", rejection["request"].get<int>(),
+                             rejection["reason"].get<std::string>());
+}
+
 }  // namespace
 
 void add_tier_command(CLI::App& bench, const Globals& globals) {
@@ -241,133 +373,11 @@ void add_bench_command(CLI::App& app, const Globals& globals) {
       std::cout << r.dump() << '\n';
       return;
     }
-    std::cout << fmt::format(
-        "backend {}, K {}, V {}, eviction {}; {} layers computed of {}\n"
-        "requests:           {} finished, {} rejected, {} preemptions\n"
-        "throughput:         {:.0f} tokens/s ({} tokens in {:.2f} s)\n"
-        "attention:          {:.1f} GB/s of KV read\n"
-        "KV utilization:     {:.1f}% of allocated slots hold tokens; internal fragmentation "
-        "{:.1f}%\n"
-        "contiguous baseline: {:.1f}% (max-length reservation per request)\n"
-        "prefix cache:       {:.1f}% of prompt tokens reused\n"
-        "evictions:          {} ranges, {} tokens dropped\n"
-        "peak KV memory:     {:.1f} MiB (whole model)\n"
-        "quantization error: {:.2e} (mean |error| / mean |x|, K format)\n",
-        r["backend"].get<std::string>(), r["k_format"].get<std::string>(),
-        r["v_format"].get<std::string>(), r["eviction"].get<std::string>(),
-        r["simulated_layers"].get<int>(), r["model_layers"].get<int>(), r["finished"].get<int>(),
-        r["rejected"].get<int>(), r["preemptions"].get<int>(), r["tokens_per_second"].get<double>(),
-        r["generated_tokens"].get<std::uint64_t>(), r["seconds"].get<double>(),
-        r["attention_gbps"].get<double>(), 100 * r["kv_utilization"].get<double>(),
-        100 * r["fragmentation"].get<double>(), 100 * r["baseline_utilization"].get<double>(),
-        100 * r["prefix_hit_rate"].get<double>(), r["evictions"].get<int>(),
-        r["evicted_tokens"].get<std::uint64_t>(), r["peak_kv_bytes"].get<double>() / (1 << 20),
-        r["quant_error"].is_null() ? std::nan("") : r["quant_error"].get<double>());
-    for (const auto& rejection : r["rejections"])
-      std::cout << fmt::format("rejected request {}: {}\n", rejection["request"].get<int>(),
-                               rejection["reason"].get<std::string>());
+    print_simulation(r);
   });
   add_step_command(*bench, globals);
   add_tier_command(*bench, globals);
-  CLI::App* attention = bench->add_subcommand(
-      "attention",
-      "One layer of decode attention (or a prefill chunk), against the machine's read bandwidth");
-  examples(attention,
-           {"kvcache bench attention --format int4-group:group=64 --tokens 32768 --batch 8",
-            "kvcache bench attention --k-format int8-per-token --v-format int4-group --json",
-            "kvcache bench attention --queries 256 --mask sink-window:4:1024"});
-  struct Flags {
-    AttentionBenchOptions options;
-    std::string format, k_format = "fp16", v_format = "fp16", mask = "causal";
-    bool json = false;
-  };
-  auto f = std::make_shared<Flags>();
-  AttentionBenchOptions& o = f->options;
-  attention->add_option("--backend", o.backend, "backend component")->capture_default_str();
-  attention->add_option("--format", f->format,
-                        "storage format of K and V, with options as NAME:KEY=VALUE[,KEY=VALUE] "
-                        "(e.g. int4-group:group=64)");
-  attention->add_option("--k-format", f->k_format, "storage format of K (as --format)")
-      ->capture_default_str();
-  attention->add_option("--v-format", f->v_format, "storage format of V (as --format)")
-      ->capture_default_str();
-  attention->add_option("--tokens", o.tokens, "cached tokens per sequence")
-      ->capture_default_str()
-      ->check(positive(o.tokens));
-  attention->add_option("--batch", o.batch, "sequences")
-      ->capture_default_str()
-      ->check(positive(o.batch));
-  attention
-      ->add_option("--queries", o.queries,
-                   "query tokens per sequence: 1 is decode, more a prefill chunk (the last "
-                   "cached tokens)")
-      ->capture_default_str()
-      ->check(positive(o.queries));
-  attention->add_option("--q-heads", o.q_heads, "query heads")
-      ->capture_default_str()
-      ->check(positive(o.q_heads));
-  attention->add_option("--kv-heads", o.kv_heads, "KV heads")
-      ->capture_default_str()
-      ->check(positive(o.kv_heads));
-  attention->add_option("--head-dim", o.head_dim, "head dimension")
-      ->capture_default_str()
-      ->check(positive(o.head_dim));
-  attention->add_option("--page-size", o.page_size, "tokens per page")
-      ->capture_default_str()
-      ->check(whole_number(1, 1024));
-  attention
-      ->add_option("--mask", f->mask,
-                   "causal, sliding-window:W, sink-window:S:W[:cache], chunked:C (:cache: "
-                   "positions within the cache, the query turned for the sinks by "
-                   "Llama 3's RoPE)")
-      ->capture_default_str();
-  attention->add_option("--threads", o.threads, "worker threads (0: all)")->capture_default_str();
-  attention->add_option("--min-seconds", o.min_seconds, "time to spend measuring")
-      ->capture_default_str();
-  attention->add_flag("--hot", o.hot,
-                      "read one layer again and again (default: take turns over enough layers "
-                      "that the KV read is 8x the last-level cache)");
-  attention->add_flag("--json", f->json, "print one JSON object");
-  attention->callback([&globals, f] {
-    if (globals.checks_only) return;
-    AttentionBenchOptions& o = f->options;
-    if (!f->format.empty()) f->k_format = f->v_format = f->format;
-    ComponentChoice k = parse_format_spec(f->k_format), v = parse_format_spec(f->v_format);
-    o.k_format = std::move(k.name);
-    o.k_options = std::move(k.options);
-    o.v_format = std::move(v.name);
-    o.v_options = std::move(v.options);
-    o.mask = parse_mask_spec(f->mask);
-    const Config config = selected_config(globals);
-    const auto registry = Registry::load(config.plugins);
-    const AttentionBenchResult r = run_attention_benchmark(*registry, o);
-    if (f->json) {
-      std::cout << to_json(o, r).dump() << '\n';
-      return;
-    }
-    std::cout << fmt::format(
-        "backend {} on {}\n"
-        "K {}, V {}, {} tokens x batch {}, {} queries each, {}/{} heads x {}, page {}, mask {}, {} "
-        "threads\n"
-        "KV read per call:   {:.2f} MB (scales included), {}\n"
-        "time per call:      {:.3f} ms (median of {}, on a step's plan made in {:.3f} ms)\n"
-        "attention:          {:.1f} GB/s = {:.2f} of memory bandwidth ({:.1f} GB/s, {}, measured "
-        "in this run), {:.1f} GFLOP/s{}\n"
-        "tokens/s:           {:.0f}\n",
-        o.backend, r.device, f->k_format, f->v_format, o.tokens, o.batch, o.queries, o.q_heads,
-        o.kv_heads, o.head_dim, o.page_size, f->mask, r.threads, r.kv_bytes / 1e6,
-        o.hot ? std::string("one layer, read hot")
-              : fmt::format("calls take turns over {} layers ({:.0f} MB of KV, last-level cache "
-                            "{:.0f} MB)",
-                            r.layers, r.layers * r.kv_bytes / 1e6, r.cache_bytes / 1e6),
-        r.seconds * 1e3, r.calls, r.plan_seconds * 1e3, r.gbps, r.bandwidth_fraction,
-        r.read_bandwidth_gbps, r.bandwidth_probe, r.gflops,
-        r.fma_peak_gflops > 0.0 ? fmt::format(" = {:.2f} of the FMA peak ({:.0f} GFLOP/s, measured "
-                                              "in this run)",
-                                              r.flop_fraction, r.fma_peak_gflops)
-                                : std::string(),
-        r.tokens_per_second);
-  });
+  add_attention_command(*bench, globals);
 }
 
 }  // namespace kvcache::tool
