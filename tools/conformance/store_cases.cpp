@@ -1,6 +1,7 @@
 // Every backend's CacheStore against the reference, through the real loader: stored bytes equal
 // the reference encoding, a randomized workload keeps every invariant, reserves are
-// all-or-nothing, and prefix sharing, copy-on-write and compaction keep contents intact.
+// all-or-nothing, and copy-on-write, compaction and whole-page drops keep contents intact.
+// Prefix sharing and pages that travel: prefix_cases.cpp; truncate: truncate_cases.cpp.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -218,142 +219,33 @@ TEST_P(StoreConformance, DropCompactsAndKeepsPositions) {
   check_invariants(*store, shadows);
 }
 
-TEST_P(StoreConformance, PrefixPagesAreSharedCachedAndReclaimed) {
+// A drop of whole pages (a sliding layer group's pages behind its window, a sink's page kept):
+// the pages go back to the pool, the kept slots keep their contents and positions, and new
+// tokens follow; a fork that shares the dropped pages keeps them.
+TEST_P(StoreConformance, DropOfWholePagesGivesThemBack) {
   KVCACHE_OPEN_STORE_OR_SKIP(store, GetParam().backend, spec(16));
+  if (groups_tokens())
+    GTEST_SKIP() << "scales span groups of tokens: DropCompactsAndKeepsPositions";
   const std::uint32_t p = GetParam().page_size;
   std::map<SeqId, Shadow> shadows;
   const SeqId a = store->create_sequence();
-  step(*store, shadows, {a}, {2 * p + 3});
-  std::vector<std::int32_t> ids;
-  for (const Token& t : shadows[a].tokens) ids.push_back(t.id);
-  store->publish_prefix(a, ids);
-
-  const SeqId b = store->create_sequence();
-  EXPECT_EQ(store->match_prefix(b, ids), 2u * p);  // full pages only
-  for (Position pos = 0; pos < static_cast<Position>(2 * p); ++pos)
-    shadows[b].tokens.push_back({token_id(0, pos), pos});
-  shadows[b].next_position = 2 * p;
-  const auto pages_a = store->page_table(std::vector<SeqId>{a}).indices;
-  EXPECT_EQ(store->page_table(std::vector<SeqId>{b}).indices,
-            std::vector<std::int32_t>(pages_a.begin(), pages_a.begin() + 2));
-  step(*store, shadows, {b}, {1});
-  check_contents(*store, b, shadows[b]);
-  check_invariants(*store, shadows);
-
-  store->release(a);
+  step(*store, shadows, {a}, {4 * p + 3});
+  const SeqId b = store->fork(a);
+  shadows[b] = shadows[a];
+  const StoreStats before = store->stats();
+  const std::vector<PositionRange> ranges{
+      {static_cast<Position>(p), static_cast<Position>(3 * p)}};  // pages 1 and 2; 0 stays
+  EXPECT_EQ(store->drop(a, ranges), 2u * p);
+  std::erase_if(shadows[a].tokens,
+                [&](const Token& t) { return t.pos >= ranges[0].begin && t.pos < ranges[0].end; });
+  EXPECT_EQ(store->stats().used_pages, before.used_pages) << "the fork still holds them";
+  for (const auto& [id, s] : shadows) check_contents(*store, id, s);
   store->release(b);
-  shadows.clear();
-  EXPECT_EQ(store->stats().cached_pages, 2u);  // released but kept for reuse
-  {  // reclaiming one cached page takes the leaf of the chain: the root still matches
-    std::vector<std::int32_t> longer(ids);
-    const SeqId probe = store->create_sequence();
-    store->evict_cached(1);
-    EXPECT_EQ(store->match_prefix(probe, longer), p);
-    store->release(probe);
-    const SeqId again = store->create_sequence();
-    EXPECT_EQ(store->match_prefix(again, longer), p);
-    store->release(again);
-    // Put the evicted leaf back so the rest of this test sees two cached pages.
-    const SeqId refill = store->create_sequence();
-    shadows[refill];
-    step(*store, shadows, {refill}, {2 * p});
-    store->publish_prefix(refill, std::vector<std::int32_t>(ids.begin(), ids.begin() + 2 * p));
-    store->release(refill);
-    shadows.clear();
-    ASSERT_EQ(store->stats().cached_pages, 2u);
-  }
-  const SeqId c = store->create_sequence();
-  shadows[c];
-  EXPECT_EQ(store->match_prefix(c, std::vector<std::int32_t>(ids.begin(), ids.begin() + p + 1)), p);
-  EXPECT_EQ(store->stats().cached_pages, 1u);
-  std::vector<std::int32_t> other(ids);
-  other[p] += 1;  // differs in the second page
-  const SeqId d = store->create_sequence();
-  shadows[d];
-  EXPECT_EQ(store->match_prefix(d, other), p);
-  store->release(c);
-  store->release(d);
-  EXPECT_EQ(store->evict_cached(10), 2u);
-  const StoreStats st = store->stats();
-  EXPECT_EQ(st.free_pages, st.total_pages);
-}
-
-// Pages that travel (the shared tier, docs/remote-tier.md): the pages of a published prefix,
-// exported from one store and imported into another of the same spec, are cached and published
-// there: a match attaches them with the same bytes and positions. lookup_prefix says what a match
-// would reuse and attaches nothing; an import of a page held already, or with every page in use,
-// or of an image of the wrong size, changes nothing. A store without pages that travel says so.
-TEST_P(StoreConformance, PublishedPagesTravelByteForByte) {
-  KVCACHE_OPEN_STORE_OR_SKIP(from, GetParam().backend, spec(8));
-  KVCACHE_OPEN_STORE_OR_SKIP(to, GetParam().backend, spec(4));
-  const std::uint32_t p = GetParam().page_size;
-  std::map<SeqId, Shadow> shadows;
-  const SeqId a = from->create_sequence();
-  step(*from, shadows, {a}, {3 * p + 1});
-  std::vector<std::int32_t> ids;
-  for (const Token& t : shadows[a].tokens) ids.push_back(t.id);
-  from->publish_prefix(a, ids);
-  const StoreStats before_lookup = from->stats();
-  EXPECT_EQ(from->lookup_prefix(ids), 3u * p);
-  EXPECT_EQ(from->lookup_prefix(std::vector<std::int32_t>(ids.begin(), ids.begin() + 2 * p + 1)),
-            2u * p);
-  EXPECT_EQ(from->stats().used_pages, before_lookup.used_pages) << "a lookup attached pages";
-
-  const std::vector<std::int32_t> pages = from->page_table(std::vector<SeqId>{a}).indices;
-  std::vector<std::vector<std::byte>> images(
-      3, std::vector<std::byte>(page_image_bytes(from->info(), spec(1).model)));
-  try {
-    from->export_page(static_cast<std::uint32_t>(pages[0]), images[0]);
-  } catch (const Error& e) {
-    ASSERT_EQ(e.code(), Code::unsupported) << e.what();
-    EXPECT_THROW(to->import_page(std::span(ids).first(p), images[0]), Error);
-    GTEST_SKIP() << "no pages that travel: " << e.what();
-  }
-  for (std::size_t i = 1; i < 3; ++i)
-    from->export_page(static_cast<std::uint32_t>(pages[i]), images[i]);
-  const auto first = [&](std::size_t n) { return std::span<const std::int32_t>(ids).first(n); };
-  EXPECT_THROW(to->import_page(first(p), std::span(images[0]).first(images[0].size() - 1)), Error)
-      << "an image one byte short";
-  EXPECT_EQ(to->import_page(first(p), images[0]), PageImport::imported);
-  EXPECT_EQ(to->import_page(first(2 * p), images[1]), PageImport::imported);
-  EXPECT_EQ(to->import_page(first(p), images[0]), PageImport::present);
-  EXPECT_EQ(to->stats().cached_pages, 2u);
-  EXPECT_EQ(to->lookup_prefix(ids), 2u * p);
-  // The second page of a prompt whose first differs is another page (the chain of hashes).
-  std::vector<std::int32_t> other(ids.begin(), ids.begin() + 2 * p);
-  other[0] += 1;
-  EXPECT_EQ(to->import_page(other, images[1]), PageImport::imported);
-  EXPECT_EQ(to->lookup_prefix(other), 0u) << "its first page is not held";
-  EXPECT_EQ(to->lookup_prefix(ids), 2u * p);
-  EXPECT_EQ(to->import_page(first(2 * p), images[1]), PageImport::present);
-
-  std::map<SeqId, Shadow> there;
-  const SeqId b = to->create_sequence();
-  ASSERT_EQ(to->match_prefix(b, ids), 2u * p);
-  for (Position pos = 0; pos < static_cast<Position>(2 * p); ++pos)
-    there[b].tokens.push_back({token_id(0, pos), pos});
-  there[b].next_position = 2 * p;
-  const std::vector<std::int32_t> imported = to->page_table(std::vector<SeqId>{b}).indices;
-  for (std::size_t i = 0; i < 2; ++i)
-    for (std::uint32_t layer = 0; layer < kLayers; ++layer)
-      for (std::uint32_t h = 0; h < kHeads; ++h)
-        for (const bool value : {false, true})
-          ASSERT_EQ(to->read_tile(static_cast<std::uint32_t>(imported[i]), layer, h, value),
-                    from->read_tile(static_cast<std::uint32_t>(pages[i]), layer, h, value))
-              << "page " << i << " layer " << layer << " head " << h << (value ? " V" : " K");
-  check_contents(*to, b, there[b]);
-  step(*to, there, {b}, {1});  // the imported pages serve as any prefix does
-  check_contents(*to, b, there[b]);
-
-  const SeqId c = to->create_sequence();  // takes the last page: none free or cached
-  there[c];
-  step(*to, there, {c}, {1});
-  const StoreStats full = to->stats();
-  EXPECT_EQ(to->import_page(first(3 * p), images[2]), PageImport::no_room);
-  EXPECT_EQ(to->stats().used_pages, full.used_pages);
-  EXPECT_EQ(to->stats().free_pages, 0u);
-  EXPECT_EQ(to->lookup_prefix(ids), 2u * p);
-  check_invariants(*to, there);
+  shadows.erase(b);
+  EXPECT_EQ(store->stats().used_pages, before.used_pages - 2);
+  step(*store, shadows, {a}, {p + 1});
+  check_contents(*store, a, shadows[a]);
+  check_invariants(*store, shadows);
 }
 
 TEST_P(StoreConformance, ConcurrentAppendsToDifferentSequences) {
