@@ -1,6 +1,7 @@
 // The prefix cache of every backend's store: published pages are shared by a match, cached when
 // released and reclaimed under pressure; and pages that travel (the shared tier) export from one
-// store and import into another byte for byte.
+// store and import into another byte for byte; a window's pages serve a prefix without the pages
+// behind it.
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -85,6 +86,52 @@ TEST_P(PrefixConformance, PrefixPagesAreSharedCachedAndReclaimed) {
 // there: a match attaches them with the same bytes and positions. lookup_prefix says what a match
 // would reuse and attaches nothing; an import of a page held already, or with every page in use,
 // or of an image of the wrong size, changes nothing. A store without pages that travel says so.
+// A windowed layer group's store (docs/cache.md, "Prefix reuse with layer groups"): pages that a
+// window leaves behind go through drop_unseen, after which the sequence still publishes; and a
+// later sequence takes only the pages its window needs.
+TEST_P(PrefixConformance, AWindowsPagesServeAPrefixWithoutThePagesBehindIt) {
+  KVCACHE_OPEN_STORE_OR_SKIP(store, GetParam().backend, spec(16));
+  if (groups_tokens()) GTEST_SKIP() << "a format whose scales span tokens drops nothing";
+  const std::uint32_t p = GetParam().page_size;
+  const auto at = [&](std::uint32_t pages) { return static_cast<Position>(pages * p); };
+  std::map<SeqId, Shadow> shadows;
+  const SeqId a = store->create_sequence();
+  step(*store, shadows, {a}, {4 * p});
+  std::vector<std::int32_t> ids;
+  for (const Token& t : shadows[a].tokens) ids.push_back(t.id);
+  ASSERT_EQ(store->drop_unseen(a, std::vector<PositionRange>{{0, at(2)}}), 2u * p);
+  std::erase_if(shadows[a].tokens, [&](const Token& t) { return t.pos < at(2); });
+  store->publish_prefix(a, ids);
+  EXPECT_EQ(store->prefix_pages(ids), (std::vector<std::uint8_t>{0, 0, 1, 1}));
+  EXPECT_EQ(store->lookup_prefix(ids), 0u);  // the run from position 0 is gone
+
+  const SeqId b = store->create_sequence();
+  ASSERT_TRUE(store->attach_prefix(b, ids, std::vector<std::uint64_t>{2, 3}));
+  Shadow& sb = shadows[b];
+  sb.tokens = shadows[a].tokens;
+  sb.next_position = at(4);
+  EXPECT_EQ(store->positions(b).front(), at(2));
+  step(*store, shadows, {b}, {1});
+  EXPECT_EQ(store->positions(b).back(), at(4));
+  check_contents(*store, b, shadows[b]);
+
+  const SeqId c = store->create_sequence();
+  shadows[c];
+  EXPECT_FALSE(store->attach_prefix(c, ids, std::vector<std::uint64_t>{1, 2}))
+      << "page 1 is not cached";
+  EXPECT_EQ(store->length(c), 0u);
+  check_invariants(*store, shadows);
+
+  // An eviction's drop: the tokens after the dropped ones were computed without them.
+  const SeqId d = store->create_sequence();
+  shadows[d].group = 1;
+  step(*store, shadows, {d}, {2 * p});
+  std::vector<std::int32_t> ids_d;
+  for (const Token& t : shadows[d].tokens) ids_d.push_back(t.id);
+  store->drop(d, std::vector<PositionRange>{{0, at(1)}});
+  EXPECT_THROW(store->publish_prefix(d, ids_d), Error);
+}
+
 TEST_P(PrefixConformance, PublishedPagesTravelByteForByte) {
   KVCACHE_OPEN_STORE_OR_SKIP(from, GetParam().backend, spec(8));
   KVCACHE_OPEN_STORE_OR_SKIP(to, GetParam().backend, spec(4));

@@ -7,6 +7,7 @@
 // position of its token, so masks and eviction keep working after drop() compacts a sequence.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -170,7 +171,15 @@ class CacheStore {
   }
   // Removes the tokens whose logical positions fall in `ranges` and compacts the sequence.
   // Returns how many tokens were removed.
+  // A sequence that lost tokens this way publishes nothing more: the tokens after them were
+  // computed without them.
   virtual std::uint64_t drop(SeqId sequence, std::span<const PositionRange> ranges) = 0;
+  // drop() of positions that no later query sees and no later token was computed from (a
+  // windowed layer group's pages behind its window): the sequence may still publish. The
+  // default, for stores before ABI 1.9, drops through drop().
+  virtual std::uint64_t drop_unseen(SeqId sequence, std::span<const PositionRange> ranges) {
+    return drop(sequence, ranges);
+  }
 
   // Tokens held (reserved slots).
   virtual std::uint64_t length(SeqId sequence) const = 0;
@@ -193,6 +202,42 @@ class CacheStore {
   virtual std::uint64_t lookup_prefix(std::span<const std::int32_t> token_ids) const {
     (void)token_ids;
     return 0;
+  }
+
+  // The prefix cache by page, for a layer group that keeps only a window (docs/cache.md,
+  // "Prefix reuse with layer groups"). prefix_pages: for each full page of token_ids, 1 when the
+  // prefix cache holds it, whether or not the pages before it are held. attach_prefix: attaches
+  // to an empty sequence the cached pages of token_ids with these page indices (ascending), as a
+  // sequence that has seen token_ids and holds only those pages: its next position is
+  // token_ids.size() (a multiple of page_size). All or nothing: false, with nothing attached,
+  // when a page is not cached. The defaults, for stores before ABI 1.9, work on the contiguous
+  // run alone: lookup_prefix, then match_prefix and drop_unseen of the pages not asked for.
+  virtual std::vector<std::uint8_t> prefix_pages(std::span<const std::int32_t> token_ids) const {
+    const std::uint64_t page_size = info().page_size;
+    std::vector<std::uint8_t> held(token_ids.size() / page_size, 0);
+    std::fill_n(held.begin(),
+                std::min<std::size_t>(held.size(), lookup_prefix(token_ids) / page_size),
+                std::uint8_t{1});
+    return held;
+  }
+  virtual bool attach_prefix(SeqId sequence, std::span<const std::int32_t> token_ids,
+                             std::span<const std::uint64_t> pages) {
+    const std::uint64_t page_size = info().page_size;
+    if (match_prefix(sequence, token_ids) < token_ids.size()) {
+      truncate(sequence, 0);
+      return false;
+    }
+    std::vector<PositionRange> gone;
+    Position from = 0;
+    for (const std::uint64_t page : pages) {
+      const auto begin = static_cast<Position>(page * page_size);
+      if (begin > from) gone.push_back({from, begin});
+      from = begin + static_cast<Position>(page_size);
+    }
+    if (from < static_cast<Position>(token_ids.size()))
+      gone.push_back({from, static_cast<Position>(token_ids.size())});
+    if (!gone.empty()) drop_unseen(sequence, gone);
+    return true;
   }
 
   // Pages that travel (docs/remote-tier.md). A page's image is every layer's K tiles of each KV

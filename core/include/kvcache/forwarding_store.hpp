@@ -36,6 +36,9 @@ class ForwardingStore : public CacheStore {
   std::uint64_t drop(SeqId sequence, std::span<const PositionRange> ranges) override {
     return inner_->drop(sequence, ranges);
   }
+  std::uint64_t drop_unseen(SeqId sequence, std::span<const PositionRange> ranges) override {
+    return inner_->drop_unseen(sequence, ranges);
+  }
   std::uint64_t length(SeqId sequence) const override { return inner_->length(sequence); }
   std::uint64_t written(SeqId sequence, std::uint32_t layer) const override {
     return inner_->written(sequence, layer);
@@ -49,6 +52,13 @@ class ForwardingStore : public CacheStore {
   }
   std::uint64_t match_prefix(SeqId sequence, std::span<const std::int32_t> token_ids) override {
     return inner_->match_prefix(sequence, token_ids);
+  }
+  std::vector<std::uint8_t> prefix_pages(std::span<const std::int32_t> token_ids) const override {
+    return inner_->prefix_pages(token_ids);
+  }
+  bool attach_prefix(SeqId sequence, std::span<const std::int32_t> token_ids,
+                     std::span<const std::uint64_t> pages) override {
+    return inner_->attach_prefix(sequence, token_ids, pages);
   }
   std::uint64_t evict_cached(std::uint64_t count) override { return inner_->evict_cached(count); }
   std::uint64_t lookup_prefix(std::span<const std::int32_t> token_ids) const override {

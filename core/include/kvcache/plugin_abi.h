@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 #define KVC_ABI_MAJOR 1
-#define KVC_ABI_MINOR 8
+#define KVC_ABI_MINOR 9
 #define KVC_ENTRY_SYMBOL "kvcache_plugin_entry"
 
 /* ---- status ------------------------------------------------------------------------------- */
@@ -360,6 +360,19 @@ typedef struct kvc_store_table {
      unreserve): keeps the sequence's first `tokens` tokens, all or nothing (see
      CacheStore::truncate). */
   int32_t (*truncate)(void* store, uint64_t sequence, uint64_t tokens, kvc_error* err);
+  /* ABI 1.9 (a 1.8 table ends before these; NULL is allowed, and then the host works from the
+     contiguous prefix alone; see kvcache/cache_store.hpp). drop_unseen: drop of positions no later
+     query sees, after which the sequence may still publish. prefix_pages: held[i] = 1 when the
+     prefix cache holds page i of the tokens (n / page_size bytes written). attach_prefix: the
+     cached pages listed (ascending page indices) become the empty sequence's, its next position
+     n; *attached = 0, with nothing attached, when one is not cached. */
+  int32_t (*drop_unseen)(void* store, uint64_t sequence, const kvc_range* ranges, uint64_t n,
+                         uint64_t* dropped, kvc_error* err);
+  int32_t (*prefix_pages)(void* store, const int32_t* token_ids, uint64_t n, uint8_t* held,
+                          kvc_error* err);
+  int32_t (*attach_prefix)(void* store, uint64_t sequence, const int32_t* token_ids, uint64_t n,
+                           const uint64_t* pages, uint64_t count, uint32_t* attached,
+                           kvc_error* err);
 } kvc_store_table;
 
 /* What import_page did (ABI 1.7). */

@@ -49,6 +49,9 @@ class GroupStore final : public ForwardingStore {
   std::uint64_t drop(SeqId id, std::span<const PositionRange> ranges) override {
     return inner_->drop(own(id), ranges);
   }
+  std::uint64_t drop_unseen(SeqId id, std::span<const PositionRange> ranges) override {
+    return inner_->drop_unseen(own(id), ranges);
+  }
   std::uint64_t length(SeqId id) const override { return inner_->length(own(id)); }
   std::uint64_t written(SeqId id, std::uint32_t layer) const override {
     return inner_->written(own(id), layer);
@@ -60,6 +63,10 @@ class GroupStore final : public ForwardingStore {
   }
   std::uint64_t match_prefix(SeqId id, std::span<const std::int32_t> token_ids) override {
     return inner_->match_prefix(own(id), token_ids);
+  }
+  bool attach_prefix(SeqId id, std::span<const std::int32_t> token_ids,
+                     std::span<const std::uint64_t> pages) override {
+    return inner_->attach_prefix(own(id), token_ids, pages);
   }
   PageTable page_table(std::span<const SeqId> ids) const override {
     return inner_->page_table(own(ids));

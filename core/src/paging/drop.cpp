@@ -9,7 +9,7 @@
 
 namespace kvcache::paging {
 
-std::uint64_t PageBook::drop(SeqId id, std::span<const PositionRange> ranges) {
+std::uint64_t PageBook::drop(SeqId id, std::span<const PositionRange> ranges, bool unseen) {
   Sequence& s = find(id);
   ++s.shape;
   for (const bool value : {false, true})
@@ -95,8 +95,7 @@ std::uint64_t PageBook::drop(SeqId id, std::span<const PositionRange> ranges) {
   s.score_marks.clear();  // slots moved: the marks' scores no longer line up with them
   s.length = new_length;
   std::fill(s.written.begin(), s.written.end(), new_length);
-  s.contiguous = false;
-  s.chain.resize(std::min<std::size_t>(s.chain.size(), first / page_size));
+  s.exact = s.exact && unseen;
   return removed;
 }
 

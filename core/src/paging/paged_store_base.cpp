@@ -62,6 +62,11 @@ std::uint64_t PagedStoreBase::drop(SeqId id, std::span<const PositionRange> rang
   return book_.drop(id, ranges);
 }
 
+std::uint64_t PagedStoreBase::drop_unseen(SeqId id, std::span<const PositionRange> ranges) {
+  std::unique_lock lock(mutex_);
+  return book_.drop(id, ranges, true);
+}
+
 std::uint64_t PagedStoreBase::length(SeqId id) const {
   std::shared_lock lock(mutex_);
   return book_.find(id).length;
@@ -86,6 +91,18 @@ void PagedStoreBase::publish_prefix(SeqId id, std::span<const std::int32_t> toke
 std::uint64_t PagedStoreBase::match_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
   std::unique_lock lock(mutex_);
   return book_.match_prefix(id, token_ids);
+}
+
+std::vector<std::uint8_t> PagedStoreBase::prefix_pages(
+    std::span<const std::int32_t> token_ids) const {
+  std::shared_lock lock(mutex_);
+  return book_.prefix_pages(token_ids);
+}
+
+bool PagedStoreBase::attach_prefix(SeqId id, std::span<const std::int32_t> token_ids,
+                                   std::span<const std::uint64_t> pages) {
+  std::unique_lock lock(mutex_);
+  return book_.attach_prefix(id, token_ids, pages);
 }
 
 std::uint64_t PagedStoreBase::evict_cached(std::uint64_t count) {

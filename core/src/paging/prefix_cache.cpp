@@ -9,22 +9,45 @@
 
 namespace kvcache::paging {
 
+namespace {
+
+// Extends `chain` (the prefix hash of each page of token_ids, in order) to `pages` pages.
+void extend_chain(std::vector<std::uint64_t>& chain, std::span<const std::int32_t> token_ids,
+                  std::uint64_t pages, std::uint32_t page_size) {
+  chain.reserve(pages);
+  for (std::uint64_t i = chain.size(); i < pages; ++i)
+    chain.push_back(
+        PrefixIndex::chain(i == 0 ? 0 : chain[i - 1], token_ids.subspan(i * page_size, page_size)));
+}
+
+}  // namespace
+
 void PageBook::publish_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
   Sequence& s = find(id);
   if (!spec_.prefix_caching) return;
-  if (!s.contiguous)
-    throw Error(Code::invalid_argument, "sequence " + std::to_string(id) +
-                                            " was compacted; its pages cannot serve as a prefix");
+  if (!s.exact)
+    throw Error(Code::invalid_argument,
+                "sequence " + std::to_string(id) +
+                    " lost tokens to a drop; the tokens after them were computed without them, so "
+                    "its pages cannot serve as a prefix");
   const std::uint32_t page_size = spec_.page_size;
   const std::uint64_t written_all = *std::min_element(s.written.begin(), s.written.end());
-  const std::uint64_t full = std::min(written_all, std::uint64_t{token_ids.size()}) / page_size;
-  s.chain.reserve(full);  // before the index learns of a page, so that the two agree
-  for (std::uint64_t i = s.chain.size(); i < full; ++i) {
-    const auto tokens = token_ids.subspan(i * page_size, page_size);
-    const std::uint64_t parent = i == 0 ? 0 : s.chain[i - 1];
-    const std::uint64_t hash = PrefixIndex::chain(parent, tokens);
-    prefix_.publish(s.pages[i], parent, hash, tokens);
-    s.chain.push_back(hash);
+  const std::uint64_t pages = token_ids.size() / page_size;
+  // Each full, written page that holds positions k * page_size onwards in order is page k of
+  // token_ids; pages the window left behind are simply not held.
+  for (std::uint64_t i = 0; (i + 1) * page_size <= written_all; ++i) {
+    const PageId page = s.pages[i];
+    if (prefix_.published(page)) continue;
+    const Position* at = slot_positions(page);
+    const auto k = static_cast<std::uint64_t>(at[0]) / page_size;
+    if (k >= pages) break;  // positions only grow
+    bool aligned = static_cast<std::uint64_t>(at[0]) == k * page_size;
+    for (std::uint32_t slot = 1; slot < page_size && aligned; ++slot)
+      aligned = at[slot] == at[0] + static_cast<Position>(slot);
+    if (!aligned) continue;
+    extend_chain(s.chain, token_ids, k + 1, page_size);  // before the index learns of the page
+    prefix_.publish(page, k == 0 ? 0 : s.chain[k - 1], s.chain[k],
+                    token_ids.subspan(k * page_size, page_size));
   }
 }
 
@@ -40,6 +63,7 @@ std::uint64_t PageBook::match_prefix(SeqId id, std::span<const std::int32_t> tok
   // The memory the books need first: a page retained is always recorded.
   const std::size_t most = token_ids.size() / page_size;
   s.pages.reserve(most);
+  s.chain.clear();
   s.chain.reserve(most);
   s.scores.reserve(most * page_size);
   std::uint64_t parent = 0;
@@ -73,6 +97,65 @@ std::uint64_t PageBook::lookup_prefix(std::span<const std::int32_t> token_ids) c
     parent = hash;
   }
   return pages * page_size;
+}
+
+std::vector<std::uint8_t> PageBook::prefix_pages(std::span<const std::int32_t> token_ids) const {
+  const std::uint32_t page_size = spec_.page_size;
+  std::vector<std::uint8_t> held(token_ids.size() / page_size, 0);
+  if (!spec_.prefix_caching) return held;
+  std::uint64_t parent = 0;
+  for (std::uint64_t i = 0; i < held.size(); ++i) {
+    const auto tokens = token_ids.subspan(i * page_size, page_size);
+    const std::uint64_t hash = PrefixIndex::chain(parent, tokens);
+    held[i] = prefix_.find(parent, hash, tokens) ? 1 : 0;
+    parent = hash;
+  }
+  return held;
+}
+
+bool PageBook::attach_prefix(SeqId id, std::span<const std::int32_t> token_ids,
+                             std::span<const std::uint64_t> pages) {
+  Sequence& s = find(id);
+  ++s.shape;
+  if (s.length != 0)
+    throw Error(Code::invalid_argument, "attach_prefix needs an empty sequence; sequence " +
+                                            std::to_string(id) + " holds " +
+                                            std::to_string(s.length) + " tokens");
+  const std::uint32_t page_size = spec_.page_size;
+  const std::uint64_t count = token_ids.size() / page_size;
+  if (token_ids.size() % page_size != 0)
+    throw Error(Code::invalid_argument, "attach_prefix takes the tokens of whole pages; got " +
+                                            std::to_string(token_ids.size()) +
+                                            " tokens for pages of " + std::to_string(page_size));
+  for (std::size_t i = 0; i < pages.size(); ++i)
+    if (pages[i] >= count || (i > 0 && pages[i] <= pages[i - 1]))
+      throw Error(Code::invalid_argument,
+                  "attach_prefix: page " + std::to_string(pages[i]) +
+                      " is not after the one before it within the tokens' " +
+                      std::to_string(count) + " pages");
+  if (!spec_.prefix_caching) return false;
+  std::vector<std::uint64_t> chain;
+  extend_chain(chain, token_ids, count, page_size);
+  std::vector<PageId> found;
+  found.reserve(pages.size());
+  for (const std::uint64_t k : pages) {
+    const auto page = prefix_.find(k == 0 ? 0 : chain[k - 1], chain[k],
+                                   token_ids.subspan(k * page_size, page_size));
+    if (!page) return false;
+    found.push_back(*page);
+  }
+  // The memory first: a page retained is always recorded.
+  std::vector<float> scores(found.size() * page_size, 0.0f);
+  for (const PageId page : found) pool_.retain(page);
+  s.pages = std::move(found);
+  s.chain = std::move(chain);
+  s.length = s.pages.size() * page_size;
+  s.scores = std::move(scores);
+  s.score_marks.clear();
+  s.residual_from = s.length;
+  s.next_position = static_cast<Position>(token_ids.size());
+  std::fill(s.written.begin(), s.written.end(), s.length);
+  return true;
 }
 
 PageImport PageBook::import_page(std::span<const std::int32_t> token_ids,

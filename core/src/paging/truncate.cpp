@@ -79,7 +79,8 @@ void PageBook::truncate(SeqId id, std::uint64_t keep) {
     poison(s.pages.back(), static_cast<std::uint32_t>(keep % page_size));
   s.length = keep;
   for (std::uint64_t& w : s.written) w = std::min(w, keep);
-  s.chain.resize(std::min<std::size_t>(s.chain.size(), keep / page_size));
+  // Positions from next_position on are handed out again, maybe to other tokens.
+  s.chain.resize(std::min<std::size_t>(s.chain.size(), s.next_position / page_size));
 }
 
 }  // namespace kvcache::paging

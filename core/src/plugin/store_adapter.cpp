@@ -1,5 +1,7 @@
 #include "kvcache/cache_store.hpp"
 
+#include <unordered_set>
+
 #include "plugin/adapters.hpp"
 #include "plugin/c_types.hpp"
 
@@ -41,10 +43,14 @@ class HostStore final : public CacheStore {
     s_->call(&kvc_store_table::create_sequence, &id);
     return id;
   }
-  void release(SeqId id) override { s_->call(&kvc_store_table::release, id); }
+  void release(SeqId id) override {
+    s_->call(&kvc_store_table::release, id);
+    inexact_.erase(id);
+  }
   SeqId fork(SeqId parent) override {
     uint64_t child = 0;
     s_->call(&kvc_store_table::fork, parent, &child);
+    if (inexact_.contains(parent)) inexact_.insert(child);
     return child;
   }
   void reserve(std::span<const SeqId> ids, std::span<const std::uint32_t> tokens) override {
@@ -64,6 +70,17 @@ class HostStore final : public CacheStore {
              uint64_t{ranges.size()}, &dropped);
     return dropped;
   }
+  std::uint64_t drop_unseen(SeqId id, std::span<const PositionRange> ranges) override {
+    if (s_->has(&kvc_store_table::drop_unseen)) {
+      uint64_t dropped = 0;
+      s_->call(&kvc_store_table::drop_unseen, id, reinterpret_cast<const kvc_range*>(ranges.data()),
+               uint64_t{ranges.size()}, &dropped);
+      return dropped;
+    }
+    const std::uint64_t dropped = drop(id, ranges);
+    if (dropped > 0) inexact_.insert(id);
+    return dropped;
+  }
   std::uint64_t length(SeqId id) const override {
     uint64_t n = 0;
     s_->call(&kvc_store_table::length, id, &n);
@@ -78,6 +95,7 @@ class HostStore final : public CacheStore {
     return per_slot<Position>(&kvc_store_table::positions, id);
   }
   void publish_prefix(SeqId id, std::span<const std::int32_t> tokens) override {
+    if (inexact_.contains(id)) return;  // see inexact_
     s_->call(&kvc_store_table::publish_prefix, id, tokens.data(), uint64_t{tokens.size()});
   }
   std::uint64_t match_prefix(SeqId id, std::span<const std::int32_t> tokens) override {
@@ -102,6 +120,21 @@ class HostStore final : public CacheStore {
       if (needed <= capacity) return t;
       capacity = needed;
     }
+  }
+  std::vector<std::uint8_t> prefix_pages(std::span<const std::int32_t> tokens) const override {
+    if (!s_->has(&kvc_store_table::prefix_pages)) return CacheStore::prefix_pages(tokens);
+    std::vector<std::uint8_t> held(tokens.size() / info().page_size, 0);
+    s_->call(&kvc_store_table::prefix_pages, tokens.data(), uint64_t{tokens.size()}, held.data());
+    return held;
+  }
+  bool attach_prefix(SeqId id, std::span<const std::int32_t> tokens,
+                     std::span<const std::uint64_t> pages) override {
+    if (!s_->has(&kvc_store_table::attach_prefix))
+      return CacheStore::attach_prefix(id, tokens, pages);
+    uint32_t attached = 0;
+    s_->call(&kvc_store_table::attach_prefix, id, tokens.data(), uint64_t{tokens.size()},
+             pages.data(), uint64_t{pages.size()}, &attached);
+    return attached != 0;
   }
   void unreserve(SeqId id, std::uint64_t tokens) override {
     if (!s_->has(&kvc_store_table::unreserve))
@@ -175,6 +208,9 @@ class HostStore final : public CacheStore {
     if (a != b) throw Error(Code::invalid_argument, s_->who() + ": batch spans differ in size");
   }
   std::vector<std::shared_ptr<const Quantizer>> codecs_;  // declared first: released last
+  // Sequences of a store before ABI 1.9 that lost pages to drop_unseen through drop: the store
+  // refuses to publish them, and the host's window rule must not make that an error.
+  std::unordered_set<SeqId> inexact_;
   std::unique_ptr<PluginInstance<kvc_store_table>> s_;
 };
 

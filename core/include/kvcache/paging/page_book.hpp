@@ -63,8 +63,12 @@ class PageBook {
     // Counts the calls that changed this sequence's shape (reserve, drop, prefix match): a
     // step's plan made at one count is stale at any other.
     std::uint64_t shape = 0;
-    bool contiguous = true;            // positions are 0..length-1 (never compacted)
-    std::vector<std::uint64_t> chain;  // prefix hash of each published leading page
+    // Every held token was computed from all the tokens before it that its mask lets it see: no
+    // drop but the unseen kind (a window's) took any away. Only such a sequence publishes.
+    bool exact = true;
+    // The prefix hash of pages 0, 1, ... of the tokens published or matched: by position, so it
+    // holds for pages the sequence no longer has.
+    std::vector<std::uint64_t> chain;
     // Accumulated attention weight per slot. Kept per sequence, not per page: sequences that
     // share pages (fork, prefix) must not add to each other's scores.
     std::vector<float> scores;
@@ -115,12 +119,17 @@ class PageBook {
   // one where one of the last kScoreMarks steps began) or a grouping format would have to reopen
   // a group older than the one it encoded last.
   void truncate(SeqId id, std::uint64_t tokens);
-  // Error(unsupported) for a format that groups tokens: its scales span a group.
-  std::uint64_t drop(SeqId id, std::span<const PositionRange> ranges);
+  // Error(unsupported) for a format that groups tokens: its scales span a group. `unseen`: the
+  // positions are ones no later query sees and no later token was computed from
+  // (CacheStore::drop_unseen), so the sequence may still publish.
+  std::uint64_t drop(SeqId id, std::span<const PositionRange> ranges, bool unseen = false);
   std::vector<Position> positions(SeqId id) const;
   void publish_prefix(SeqId id, std::span<const std::int32_t> token_ids);
   std::uint64_t match_prefix(SeqId id, std::span<const std::int32_t> token_ids);
   std::uint64_t lookup_prefix(std::span<const std::int32_t> token_ids) const;
+  std::vector<std::uint8_t> prefix_pages(std::span<const std::int32_t> token_ids) const;
+  bool attach_prefix(SeqId id, std::span<const std::int32_t> token_ids,
+                     std::span<const std::uint64_t> pages);
   // CacheStore::import_page: `image` (page_image_bytes long, checked by the caller) becomes the
   // cached published page of token_ids' last full page.
   PageImport import_page(std::span<const std::int32_t> token_ids, std::span<const std::byte> image);

@@ -25,11 +25,15 @@ class PagedStoreBase : public CacheStore, protected PageMemory {
   void unreserve(SeqId sequence, std::uint64_t tokens) override;
   void truncate(SeqId sequence, std::uint64_t tokens) override;
   std::uint64_t drop(SeqId sequence, std::span<const PositionRange> ranges) override;
+  std::uint64_t drop_unseen(SeqId sequence, std::span<const PositionRange> ranges) override;
   std::uint64_t length(SeqId sequence) const override;
   std::uint64_t written(SeqId sequence, std::uint32_t layer) const override;
   std::vector<Position> positions(SeqId sequence) const override;
   void publish_prefix(SeqId sequence, std::span<const std::int32_t> token_ids) override;
   std::uint64_t match_prefix(SeqId sequence, std::span<const std::int32_t> token_ids) override;
+  std::vector<std::uint8_t> prefix_pages(std::span<const std::int32_t> token_ids) const override;
+  bool attach_prefix(SeqId sequence, std::span<const std::int32_t> token_ids,
+                     std::span<const std::uint64_t> pages) override;
   std::uint64_t evict_cached(std::uint64_t count) override;
   std::uint64_t lookup_prefix(std::span<const std::int32_t> token_ids) const override;
   void export_page(std::uint32_t page, std::span<std::byte> image) const override;

@@ -106,6 +106,31 @@ struct StoreThunks {
           id, std::span<const PositionRange>(reinterpret_cast<const PositionRange*>(ranges), n));
     });
   }
+  static int32_t drop_unseen(void* s, uint64_t id, const kvc_range* ranges, uint64_t n,
+                             uint64_t* dropped, kvc_error* err) noexcept {
+    return guard(err, [&] {
+      *dropped = store(s).drop_unseen(
+          id, std::span<const PositionRange>(reinterpret_cast<const PositionRange*>(ranges), n));
+    });
+  }
+  static int32_t prefix_pages(void* s, const int32_t* tokens, uint64_t n, uint8_t* held,
+                              kvc_error* err) noexcept {
+    return guard(err, [&] {
+      const std::vector<std::uint8_t> v =
+          store(s).prefix_pages(std::span<const std::int32_t>(tokens, n));
+      std::copy(v.begin(), v.end(), held);
+    });
+  }
+  static int32_t attach_prefix(void* s, uint64_t id, const int32_t* tokens, uint64_t n,
+                               const uint64_t* pages, uint64_t count, uint32_t* attached,
+                               kvc_error* err) noexcept {
+    return guard(err, [&] {
+      *attached = store(s).attach_prefix(id, std::span<const std::int32_t>(tokens, n),
+                                         std::span<const std::uint64_t>(pages, count))
+                      ? 1
+                      : 0;
+    });
+  }
   static int32_t length(void* s, uint64_t id, uint64_t* out, kvc_error* err) noexcept {
     return guard(err, [&] { *out = store(s).length(id); });
   }
@@ -192,7 +217,10 @@ struct StoreThunks {
                                          &lookup_prefix,
                                          &export_page,
                                          &import_page,
-                                         &truncate};
+                                         &truncate,
+                                         &drop_unseen,
+                                         &prefix_pages,
+                                         &attach_prefix};
 };
 
 }  // namespace kvcache::sdk::detail
