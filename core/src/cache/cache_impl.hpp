@@ -29,6 +29,10 @@ struct SequenceInfo {
   // sequence is part-written and cannot take part in a step again. why_broken says what failed.
   bool broken = false;
   std::string why_broken;
+  // In a cache where a group frees pages behind its window: the tokens given to match_prefix or
+  // publish_prefix, whose full pages every group publishes at the end of each step, before the
+  // window leaves them behind (prefix.cpp).
+  std::vector<std::int32_t> tokens;
 };
 
 // Rethrows the exception in flight as an EvictionError carrying `report` (what the failed call had
@@ -117,6 +121,19 @@ struct Cache::Impl {
   // proactive hook runs, its evictions added to `report`.
   void after_step(EvictionReport& report);
   bool wants_scores() const { return policy && policy->wants_scores(); }
+
+  // Prefix reuse across groups (prefix.cpp): the longest prefix of token_ids, in whole pages,
+  // that every group can serve now; a windowed group needs only the pages a query at its end
+  // sees, listed in `pages` (empty for the other groups).
+  struct PrefixHit {
+    std::uint64_t tokens = 0;
+    std::vector<std::vector<std::uint64_t>> pages;
+  };
+  PrefixHit prefix_hit(std::span<const std::int32_t> token_ids) const;
+  // Attaches `hit` to the empty sequence `id` in every group; all or nothing (false: a store did
+  // not attach what it said it held, and the sequence is empty again).
+  bool attach(SeqId id, std::span<const std::int32_t> token_ids, const PrefixHit& hit);
+  bool frees_pages = false;  // some group frees pages behind its window
 
   // One layer's attention through the per-layer calls (planned for this call alone).
   void attend(std::uint32_t layer, std::span<const SeqId> ids,

@@ -116,6 +116,14 @@ std::optional<std::uint64_t> Cache::Impl::shortfall(std::size_t g, std::span<con
 }
 
 void Cache::Impl::after_step(EvictionReport& report) {
+  // The tokens a sequence declared (match_prefix, publish_prefix) are published in every group
+  // first, so that a window's pages can serve a later prefix from the prefix cache.
+  if (frees_pages)
+    for (auto& [id, s] : sequences) {
+      if (s.tokens.empty()) continue;
+      for (Group& g : groups) g.store->publish_prefix(id, s.tokens);
+      if (s.next_position >= static_cast<Position>(s.tokens.size())) s.tokens.clear();  // all out
+    }
   // A windowed group's pages behind every later query's window go. This is the mask's own
   // rule, not an eviction: no query could read them again, so nothing is reported.
   for (Group& g : groups) {
@@ -129,7 +137,7 @@ void Cache::Impl::after_step(EvictionReport& report) {
       const std::vector<Position> held = g.store->positions(id);
       const std::vector<PositionRange> gone =
           windows::behind(*g.mask, held, s.next_position, page_size);
-      if (!gone.empty()) g.store->drop(id, gone);
+      if (!gone.empty()) g.store->drop_unseen(id, gone);
     }
   }
   ++step;

@@ -32,10 +32,16 @@ StoreSpec store_spec(const Config& config, const Registry& registry) {
 
 namespace {
 
-// Puts the shared tier in front of the store. A store that cannot copy pages (a plugin before
-// ABI 1.7) keeps working without it, saying so.
-void attach_tier(Cache::Impl& impl, Cache::Impl::Group& group, const RemoteSettings& remote,
-                 const Config& config) {
+// Puts the shared tier in front of a group's store (the config as the group sees it). A store
+// that cannot copy pages (a plugin before ABI 1.7) keeps working without it, saying so. In a
+// cache of several groups the model's identity in each group's keys names the group's layers:
+// two groups' pages never meet, and only hosts with the same layout share them.
+void attach_tier(Cache::Impl& impl, Cache::Impl::Group& group, RemoteSettings remote,
+                 const Config& config, bool hybrid) {
+  if (hybrid && !remote.model.empty()) {
+    remote.model += " layers";
+    for (const std::uint32_t layer : group.info.layers) remote.model += " " + std::to_string(layer);
+  }
   remote::TierSettings settings{remote, {}, {}};
   if (!remote.salt_env.empty()) {
     const char* salt = std::getenv(remote.salt_env.c_str());
@@ -141,9 +147,6 @@ void refuse_for_groups(const Config& config, const EvictionPolicy* policy) {
       throw Error(Code::invalid_argument, "layers: layer " + std::to_string(layer) + " is in " +
                                               std::to_string(owners[layer]) +
                                               " groups; every layer is in exactly one");
-  if (config.remote)
-    throw Error(Code::unsupported,
-                "remote: the shared tier of a cache of several layer groups is not built yet");
   if (policy != nullptr && policy->drops_tokens() != false)
     throw Error(Code::unsupported,
                 "eviction '" + config.eviction.name + "' " +
@@ -172,11 +175,6 @@ std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const R
   }
   refuse_for_groups(config, impl->policy.get());
   const ComponentInfo& chosen = choose_backend(*impl, config);
-  if (hybrid && config.cache.prefix_caching)
-    spdlog::warn(
-        "prefix caching is off: a cache of several layer groups does not match "
-        "prefixes yet");
-
   std::vector<std::pair<LayerGroup, Config>> parts = group_configs(config);
   std::vector<StoreSpec> specs;
   std::vector<MaskDescription> masks;
@@ -197,7 +195,7 @@ std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const R
     g.info = {group.name, group.layers, g.mask->describe(),
               hybrid && windows::frees(g.mask->describe())};
     StoreSpec spec = store_spec(c, *registry);
-    spec.prefix_caching = spec.prefix_caching && !hybrid;
+    impl->frees_pages = impl->frees_pages || g.info.frees_pages;
     if (g.info.frees_pages)
       for (const auto& [key, choice] :
            {std::pair{"format.k", &c.k_quantizer}, std::pair{"format.v", &c.v_quantizer}})
@@ -230,6 +228,7 @@ std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const R
       throw Error(e.code(), "layers.groups." + g.info.name + ": " + e.what());
     }
     g.kv = g.store.get();
+    if (config.remote) attach_tier(*impl, g, *config.remote, parts[i].second, hybrid);
     if (i > 0) {
       auto map = std::make_unique<GroupStore>(std::move(g.store));
       g.map = map.get();
@@ -238,7 +237,6 @@ std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const R
     g.attention = impl->backend->create_attention();
     impl->infos.push_back(g.info);
   }
-  if (config.remote) attach_tier(*impl, impl->groups.front(), *config.remote, config);
   return std::unique_ptr<Cache>(new Cache(std::move(impl)));
 }
 

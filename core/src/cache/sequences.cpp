@@ -1,5 +1,4 @@
-// A Cache's sequences: made, forked, rolled back and released in every layer group at once, and
-// the prefix cache that attaches cached pages to them.
+// A Cache's sequences: made, forked, rolled back and released in every layer group at once.
 #include <algorithm>
 
 #include "cache/cache_impl.hpp"
@@ -114,47 +113,9 @@ void Cache::truncate(SeqId id, std::uint64_t tokens) {
   }
   for (std::size_t g = 0; g < groups.size(); ++g) groups[g].store->truncate(id, keep[g]);
   s.next_position = next;
+  // Tokens from `next` on may differ from the ones declared (prefix.cpp).
+  s.tokens.resize(std::min<std::size_t>(s.tokens.size(), static_cast<std::size_t>(next)));
   s.last_used_step = impl_->step;
-}
-
-std::uint64_t Cache::match_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
-  const std::lock_guard lock(impl_->mutex);
-  impl_->refuse_for_step_member("match_prefix", id);
-  SequenceInfo& s = impl_->info(id);
-  // A cache of several groups keeps no prefix cache yet (open() said so): nothing matches.
-  if (impl_->groups.size() > 1) return 0;
-  const std::uint64_t matched = impl_->groups.front().store->match_prefix(id, token_ids);
-  s.next_position = static_cast<Position>(matched);
-  s.last_used_step = impl_->step;
-  return matched;
-}
-
-void Cache::publish_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
-  const std::lock_guard lock(impl_->mutex);
-  impl_->refuse_for_step_member("publish_prefix", id);
-  impl_->info(id);
-  if (impl_->groups.size() > 1) return;  // no prefix cache yet, as above
-  impl_->groups.front().store->publish_prefix(id, token_ids);
-}
-
-std::uint64_t Cache::lookup_prefix(std::span<const std::int32_t> token_ids) {
-  const std::lock_guard lock(impl_->mutex);
-  const Impl::Group& first = impl_->groups.front();
-  if (impl_->groups.size() > 1) return 0;
-  return first.tier != nullptr ? first.tier->remote_lookup(token_ids)
-                               : first.store->lookup_prefix(token_ids);
-}
-
-bool Cache::flush_remote(std::chrono::milliseconds deadline) {
-  // Not under the Cache's lock: the writer needs none, and steps may go on meanwhile.
-  remote::TieredStore* tier = impl_->groups.front().tier;
-  return tier == nullptr || tier->flush(deadline);
-}
-
-std::optional<remote::TierStats> Cache::remote_stats() const {
-  const remote::TieredStore* tier = impl_->groups.front().tier;
-  if (tier == nullptr) return std::nullopt;
-  return tier->tier_stats();
 }
 
 }  // namespace kvcache

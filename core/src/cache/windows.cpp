@@ -62,6 +62,22 @@ std::vector<PositionRange> behind(const AttentionMask& mask, std::span<const Pos
   return ranges_of(gone);
 }
 
+std::vector<std::uint64_t> pages_seen(const AttentionMask& mask, Position next,
+                                      std::uint32_t page_size) {
+  std::vector<std::uint64_t> pages;
+  for (PositionRange r : seen_by(mask, next)) {
+    r.begin = std::max<Position>(r.begin, 0);
+    r.end = std::min(r.end, next);
+    if (r.begin >= r.end) continue;
+    for (auto page = static_cast<std::uint64_t>(r.begin) / page_size;
+         page <= static_cast<std::uint64_t>(r.end - 1) / page_size; ++page)
+      pages.push_back(page);
+  }
+  std::sort(pages.begin(), pages.end());
+  pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
+  return pages;
+}
+
 std::optional<PositionRange> missing(const AttentionMask& mask, std::span<const Position> held,
                                      Position next) {
   for (PositionRange r : seen_by(mask, next)) {

@@ -26,6 +26,11 @@ std::uint64_t pages_kept(const MaskDescription& mask, std::uint64_t context,
 std::vector<PositionRange> behind(const AttentionMask& mask, std::span<const Position> held,
                                   Position next, std::uint32_t page_size);
 
+// The pages (indices: position / page_size) before `next` that hold a position a query at `next`
+// sees, ascending: what a sequence that has seen `next` tokens must hold in such a group.
+std::vector<std::uint64_t> pages_seen(const AttentionMask& mask, Position next,
+                                      std::uint32_t page_size);
+
 // The first positions before `next` that a query at `next` sees and `held` lacks (freed
 // already): nullopt when a sequence truncated to `next` can go on.
 std::optional<PositionRange> missing(const AttentionMask& mask, std::span<const Position> held,

@@ -128,20 +128,34 @@ void TieredStore::publish_prefix(SeqId sequence, std::span<const std::int32_t> t
   inner_->publish_prefix(sequence, token_ids);
   State& st = *state_;
   // The pages the store has just published: full, written in every layer, within token_ids.
-  std::uint64_t written = std::min<std::uint64_t>(inner_->length(sequence), token_ids.size());
+  // Held page j is page k of the tokens when it holds positions k * page_size on, in order (a
+  // windowed group holds no pages before its window).
+  const std::uint32_t page_size = st.chain.page_size();
+  std::uint64_t written = inner_->length(sequence);
   for (std::uint32_t layer = 0; layer < st.layers; ++layer)
     written = std::min(written, inner_->written(sequence, layer));
-  const std::uint64_t full = written / st.chain.page_size();
+  const std::vector<Position> positions = inner_->positions(sequence);
+  const std::uint64_t held = written / page_size;
+  const std::uint64_t full =
+      held == 0 ? 0
+                : std::min<std::uint64_t>(
+                      static_cast<std::uint64_t>(positions[held * page_size - 1]) / page_size + 1,
+                      token_ids.size() / page_size);
   std::lock_guard lock(st.mutex);
   std::uint64_t& staged = st.staged[sequence];
   if (full <= staged) return;
   const std::vector<Digest> digests = st.chain.digests(token_ids, full);
   const PageTable table = inner_->page_table(std::span<const SeqId>(&sequence, 1));
   std::vector<std::byte> image(st.image_bytes);
-  for (std::uint64_t i = staged; i < full; ++i) {
+  for (std::uint64_t j = 0; j < held; ++j) {
+    const Position first = positions[j * page_size];
+    const auto i = static_cast<std::uint64_t>(first) / page_size;
+    if (i < staged || i >= full || static_cast<std::uint64_t>(first) != i * page_size ||
+        positions[(j + 1) * page_size - 1] != first + static_cast<Position>(page_size - 1))
+      continue;
     const std::string key = st.chain.key(digests[i]);
     if (st.known.contains(key)) continue;
-    inner_->export_page(static_cast<std::uint32_t>(table.indices[i]), image);
+    inner_->export_page(static_cast<std::uint32_t>(table.indices[j]), image);
     if (st.queue.push(key, encode_page(st.page(digests, i, token_ids), image))) st.remember(key);
   }
   staged = full;
@@ -165,6 +179,47 @@ std::uint64_t TieredStore::match_prefix(SeqId sequence, std::span<const std::int
     inner_->release(pin);
   }
   return inner_->match_prefix(sequence, token_ids);
+}
+
+std::vector<std::uint8_t> TieredStore::prefix_pages(std::span<const std::int32_t> token_ids) const {
+  State& st = *state_;
+  std::vector<std::uint8_t> held = inner_->prefix_pages(token_ids);
+  std::vector<std::uint64_t> absent;
+  for (std::uint64_t i = 0; i < held.size(); ++i)
+    if (held[i] == 0) absent.push_back(i);
+  if (absent.empty() || !st.breaker.allow()) return held;
+  const Clock::time_point start = Clock::now();
+  const std::vector<Digest> digests = st.chain.digests(token_ids, held.size());
+  std::vector<std::string> keys;
+  for (const std::uint64_t i : absent) keys.push_back(st.chain.key(digests[i]));
+  try {
+    const std::vector<bool> there = remote_->probe(keys);
+    for (std::size_t j = 0; j < absent.size() && j < there.size(); ++j)
+      held[absent[j]] = there[j] ? 1 : 0;
+    st.breaker.success();
+  } catch (const std::exception& e) {
+    st.failed(*remote_, e);
+  }
+  st.record(start);
+  return held;
+}
+
+bool TieredStore::attach_prefix(SeqId sequence, std::span<const std::int32_t> token_ids,
+                                std::span<const std::uint64_t> pages) {
+  // The pages the local cache lacks come in first, run by run; one that does not (absent, late,
+  // wrong) makes the attach below a miss.
+  const std::vector<std::uint8_t> local = inner_->prefix_pages(token_ids);
+  for (std::size_t i = 0; i < pages.size();) {
+    if (local[pages[i]] != 0) {
+      ++i;
+      continue;
+    }
+    std::size_t end = i + 1;
+    while (end < pages.size() && pages[end] == pages[end - 1] + 1 && local[pages[end]] == 0) ++end;
+    pull(token_ids, pages[i], pages[end - 1] + 1);
+    i = end;
+  }
+  return inner_->attach_prefix(sequence, token_ids, pages);
 }
 
 void TieredStore::release(SeqId sequence) {

@@ -56,6 +56,11 @@ class KVCACHE_API TieredStore final : public ForwardingStore {
 
   void publish_prefix(SeqId sequence, std::span<const std::int32_t> token_ids) override;
   std::uint64_t match_prefix(SeqId sequence, std::span<const std::int32_t> token_ids) override;
+  // A windowed layer group's prefix (docs/cache.md): the pages the local cache or the shared
+  // store holds (probed), and an attach that pulls the listed pages the local cache lacks.
+  std::vector<std::uint8_t> prefix_pages(std::span<const std::int32_t> token_ids) const override;
+  bool attach_prefix(SeqId sequence, std::span<const std::int32_t> token_ids,
+                     std::span<const std::uint64_t> pages) override;
   void release(SeqId sequence) override;
 
   struct State;
