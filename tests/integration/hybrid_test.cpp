@@ -2,7 +2,8 @@
 // rollback within a sliding group's page slack gives what never having the tokens gives, one
 // past its freed pages is refused and changes nothing; stats sum the groups, each group's share
 // of the capacity follows layers.context, the per-layer calls agree with the step, preemption
-// leaves every group; and what is not built for groups yet is refused by name.
+// leaves every group, a token-dropping policy drops from every group as from one; and what a
+// group cannot run is refused by name.
 #include <string>
 #include <vector>
 
@@ -128,6 +129,38 @@ TEST_P(HybridOn, APreemptedSequenceLeavesEveryGroup) {
     EXPECT_EQ(cache->group_store(g).stats().sequences, left.size()) << g;
 }
 
+// Dropped tokens leave every layer: the global layer of a hybrid cache under streaming eviction
+// sees what the same layer of a cache of one group sees, step after step.
+TEST_P(HybridOn, ATokenDroppingPolicyDropsFromEveryGroupAsFromOne) {
+  const std::string eviction = "eviction: {name: streaming, sinks: 4, window: 24}\n";
+  const auto hybrid = open(eviction);
+  const auto uniform = open_yaml(
+      "model: {layers: 3, q_heads: 4, kv_heads: 2, head_dim: 32}\n"
+      "backend: [" +
+      GetParam() +
+      "]\n"
+      "cache: {page_size: 8, capacity: 1MiB, prefix_caching: false}\n" +
+      eviction);
+  const SeqId a = hybrid->add_sequence(), b = uniform->add_sequence();
+  EvictionReport dropped_hybrid, dropped_uniform;
+  const std::size_t global = 2 * kQHeads * kDim;  // layer 2's output of a one-token step
+  for (unsigned i = 0; i < 48; ++i) {
+    const std::uint32_t tokens = i == 0 ? 20 : 1;
+    const std::vector<float> h = run_step(*hybrid, a, tokens, 30 + i, &dropped_hybrid);
+    const std::vector<float> u = run_step(*uniform, b, tokens, 30 + i, &dropped_uniform);
+    for (std::size_t j = global * tokens; j < h.size(); ++j)
+      ASSERT_NEAR(h[j], u[j], 1e-5) << "step " << i;
+  }
+  ASSERT_FALSE(dropped_uniform.dropped.empty());
+  EXPECT_EQ(dropped_hybrid.dropped.size(), dropped_uniform.dropped.size());
+  EXPECT_EQ(hybrid->group_store(1).positions(a), uniform->store().positions(b));
+  // The sliding group holds only what its window needs and streaming keeps: sinks it never saw
+  // again are gone from it, and its window is whole.
+  const std::vector<Position> local = hybrid->group_store(0).positions(a);
+  EXPECT_EQ(local.back(), 66);  // 20 tokens, then 47 one by one
+  EXPECT_LE(local.front(), 48);  // the next query, at 67, sees 48..67
+}
+
 TEST(Hybrid, RefusesWhatItDoesNotRunYetByName) {
   const auto refused = [](const std::string& yaml, const std::string& words) {
     try {
@@ -138,10 +171,19 @@ TEST(Hybrid, RefusesWhatItDoesNotRunYetByName) {
       EXPECT_THAT(e.what(), HasSubstr(words));
     }
   };
-  refused(hybrid_yaml("cpu-tbb", "eviction: {name: streaming, sinks: 4, window: 64}\n"),
-          "eviction 'streaming' drops tokens one by one");
   refused(hybrid_yaml("cpu-tbb", "", ", format: {k: {name: kivi-k, group: 8}, v: fp16}"),
           "layers.groups.local.format.k: kivi-k scales over groups of tokens");
+  // A policy that drops tokens, against a group whose format cannot lose one.
+  std::string yaml = hybrid_yaml("cpu-tbb", "eviction: {name: streaming, sinks: 4, window: 24}\n");
+  yaml.replace(yaml.find("global: {}"), 10,
+               "global: {format: {k: {name: kivi-k, group: 8}, v: fp16}}");
+  try {
+    open_yaml(yaml);
+    ADD_FAILURE() << "opened streaming eviction over kivi-k";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::invalid_argument) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr("layers.groups.global."));
+  }
 }
 
 TEST(Hybrid, GroupsThatDoNotCoverTheModelOnceAreRefused) {

@@ -76,20 +76,30 @@ void Cache::Impl::apply(std::size_t g, const EvictionPlan& plan, EvictionReport&
   std::map<SeqId, std::vector<PositionRange>> drops;
   for (const DroppedRange& d : plan.drop)
     if (sequences.contains(d.sequence)) drops[d.sequence].push_back(d.range);
-  if (!drops.empty() && groups.size() > 1)  // open() refuses such policies; one that lies is here
-    throw Error(Code::unsupported,
-                "the eviction policy dropped tokens, which a cache of several "
-                "layer groups does not run yet");
+  // Dropped tokens leave every layer, as in a cache of one group: each group drops what it holds
+  // of the ranges, and the report names each position once.
   for (const auto& [id, ranges] : drops) {
+    const auto within = [&](Position p) {
+      return std::any_of(ranges.begin(), ranges.end(),
+                         [&](const PositionRange& r) { return p >= r.begin && p < r.end; });
+    };
     // What the drop removes: the held positions within the ranges, known before it happens.
-    std::vector<Position> gone = store.positions(id);
-    std::erase_if(gone, [&](Position p) {
-      return std::none_of(ranges.begin(), ranges.end(),
-                          [&](const PositionRange& r) { return p >= r.begin && p < r.end; });
-    });
-    const std::vector<PositionRange> removed = ranges_of(gone);
+    std::vector<std::vector<Position>> gone(groups.size());
+    std::vector<Position> all;
+    for (std::size_t h = 0; h < groups.size(); ++h) {
+      gone[h] = groups[h].store->positions(id);
+      std::erase_if(gone[h], [&](Position p) { return !within(p); });
+      all.insert(all.end(), gone[h].begin(), gone[h].end());
+    }
+    std::sort(all.begin(), all.end());
+    all.erase(std::unique(all.begin(), all.end()), all.end());
+    const std::vector<PositionRange> removed = ranges_of(all);
     report.dropped.reserve(report.dropped.size() + removed.size());
+    sequences.at(id).tokens.clear();  // its pages can no longer serve as a prefix
+    // The group the policy saw first: its refusal (a format that cannot drop) leaves the others.
     store.drop(id, ranges);  // a plugin's count is not trusted: the positions say what went
+    for (std::size_t h = 0; h < groups.size(); ++h)
+      if (h != g && !gone[h].empty()) groups[h].store->drop(id, ranges);
     for (const PositionRange& r : removed) report.dropped.push_back({id, r});
   }
 }
@@ -142,17 +152,18 @@ void Cache::Impl::after_step(EvictionReport& report) {
   }
   ++step;
   if (!policy) return;
-  // The policy sees the group whose pool is fullest.
-  std::size_t fullest = 0;
-  double most = -1;
+  // The policy sees each group, the fullest first: a group's own pages decide (a window that
+  // streaming eviction trims is in the global group, a pool that runs full in either).
+  std::vector<std::pair<double, std::size_t>> fullest;
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const StoreStats st = groups[g].store->stats();
-    const double used =
-        st.total_pages == 0 ? 1.0 : 1.0 - double(st.free_pages) / double(st.total_pages);
-    if (used > most) most = used, fullest = g;
+    fullest.push_back(
+        {st.total_pages == 0 ? 1.0 : 1.0 - double(st.free_pages) / double(st.total_pages), g});
   }
-  consult(
-      fullest, [&](const CacheState& s) { return policy->after_step(s); }, report);
+  std::sort(fullest.begin(), fullest.end(), std::greater<>());
+  for (const auto& [used, g] : fullest)
+    consult(
+        g, [&](const CacheState& s) { return policy->after_step(s); }, report);
 }
 
 void Cache::Impl::undo_reserve(std::span<const SeqId> ids, std::span<const std::uint32_t> counts,

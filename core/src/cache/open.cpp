@@ -129,9 +129,8 @@ const ComponentInfo& choose_backend(Cache::Impl& impl, const Config& config) {
               "no backend of the preference list is available here (" + why + ")");
 }
 
-// What a cache of several groups does not run yet, refused by name before any memory is taken;
-// and groups that do not cover the model's layers once each (a Config made in code, not read).
-void refuse_for_groups(const Config& config, const EvictionPolicy* policy) {
+// Groups that do not cover the model's layers once each (a Config made in code, not read).
+void refuse_for_groups(const Config& config) {
   if (config.layer_groups.empty()) return;
   std::vector<int> owners(config.model.layers, 0);
   for (const LayerGroup& group : config.layer_groups)
@@ -147,13 +146,6 @@ void refuse_for_groups(const Config& config, const EvictionPolicy* policy) {
       throw Error(Code::invalid_argument, "layers: layer " + std::to_string(layer) + " is in " +
                                               std::to_string(owners[layer]) +
                                               " groups; every layer is in exactly one");
-  if (policy != nullptr && policy->drops_tokens() != false)
-    throw Error(Code::unsupported,
-                "eviction '" + config.eviction.name + "' " +
-                    (policy->drops_tokens() ? "drops tokens one by one"
-                                            : "does not declare whether it drops tokens") +
-                    ", which a cache of several layer groups does not run yet; choose one that "
-                    "only preempts (such as oldest-first, lru or priority)");
 }
 
 }  // namespace
@@ -164,16 +156,9 @@ std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const R
   impl->model = config.model;
   impl->page_size = config.cache.page_size;
   const bool hybrid = !config.layer_groups.empty();
-  // The policy first: a conflict with the formats is refused before any memory is taken.
-  if (config.eviction.name != "none") {
+  if (config.eviction.name != "none")
     impl->policy = registry->create_eviction(config.eviction.name, config.eviction.options);
-    if (const auto drops = token_drop_check(config, *registry, *impl->policy)) {
-      if (drops->severity == Diagnostic::Severity::error)
-        throw Error(Code::invalid_argument, drops->message);
-      spdlog::warn("{}", drops->message);
-    }
-  }
-  refuse_for_groups(config, impl->policy.get());
+  refuse_for_groups(config);
   const ComponentInfo& chosen = choose_backend(*impl, config);
   std::vector<std::pair<LayerGroup, Config>> parts = group_configs(config);
   std::vector<StoreSpec> specs;
@@ -184,6 +169,14 @@ std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const R
     // the backend cannot, is refused before any memory is taken.
     if (const std::vector<Diagnostic> refused = format_refusals(c, chosen); !refused.empty())
       throw Error(Code::unsupported, where + refused.front().key + ": " + refused.front().message);
+    // A policy that drops tokens, against a format that cannot lose one: refused before any
+    // memory is taken, in each group (a dropped token leaves every layer).
+    if (impl->policy)
+      if (const auto drops = token_drop_check(c, *registry, *impl->policy)) {
+        if (drops->severity == Diagnostic::Severity::error)
+          throw Error(Code::invalid_argument, where + drops->message);
+        spdlog::warn("{}{}", where, drops->message);
+      }
     Impl::Group g;
     g.mask = registry->create_mask(c.mask.name, c.mask.options);
     if (const auto positions = position_check(c, chosen, *g.mask))
