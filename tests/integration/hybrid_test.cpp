@@ -55,6 +55,22 @@ TEST_P(HybridOn, ARollbackPastTheFreedPagesIsRefusedAndChangesNothing) {
   EXPECT_EQ(cache->group_store(1).length(a), 41u);
 }
 
+// layers.rollback keeps that many tokens behind the window: a truncate of as many (a speculative
+// decoder's rejected drafts) then gives what never having the tokens gives.
+TEST_P(HybridOn, LayersRollbackKeepsThatManyTokensBehindTheWindowForATruncate) {
+  const auto rolled = open_yaml(hybrid_yaml(GetParam()) + "  rollback: 16\n"), straight = open();
+  const SeqId a = rolled->add_sequence(), b = straight->add_sequence();
+  run_step(*rolled, a, 20, 1);
+  run_step(*straight, b, 20, 1);
+  for (unsigned i = 0; i < 30; ++i) run_step(*rolled, a, 1, 10 + i);
+  for (unsigned i = 0; i < 14; ++i) run_step(*straight, b, 1, 10 + i);
+  ASSERT_GT(rolled->group_store(0).positions(a).front(), 0) << "the sliding group freed nothing";
+  rolled->truncate(a, 34);  // 16 back: a query at 34 sees 15..34, which the margin kept
+  for (unsigned seed = 50; seed < 53; ++seed)
+    EXPECT_EQ(run_step(*rolled, a, 1, seed), run_step(*straight, b, 1, seed)) << seed;
+  EXPECT_THROW(straight->truncate(b, 10), Error);  // without the margin: refused
+}
+
 TEST_P(HybridOn, StatsSumTheGroupsAndStoreNamesTheWayToEach) {
   const auto cache = open();
   const SeqId a = cache->add_sequence();
@@ -157,7 +173,7 @@ TEST_P(HybridOn, ATokenDroppingPolicyDropsFromEveryGroupAsFromOne) {
   // The sliding group holds only what its window needs and streaming keeps: sinks it never saw
   // again are gone from it, and its window is whole.
   const std::vector<Position> local = hybrid->group_store(0).positions(a);
-  EXPECT_EQ(local.back(), 66);  // 20 tokens, then 47 one by one
+  EXPECT_EQ(local.back(), 66);   // 20 tokens, then 47 one by one
   EXPECT_LE(local.front(), 48);  // the next query, at 67, sees 48..67
 }
 

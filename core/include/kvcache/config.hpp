@@ -136,6 +136,9 @@ struct Config {
   // layers.context: the sequence length that each group's share of cache.capacity is sized for
   // (docs/configuration.md#layers).
   std::uint64_t group_context = 32768;
+  // layers.rollback: tokens a windowed group keeps behind its window, so that a truncate of that
+  // many finds the window it needs (speculative decoding's rejected drafts).
+  std::uint32_t group_rollback = 0;
   PluginSettings plugins;
   std::optional<RemoteSettings> remote;
   std::vector<Diagnostic> warnings;  // e.g. an unknown KVCACHE_* variable

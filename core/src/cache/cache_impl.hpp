@@ -133,7 +133,8 @@ struct Cache::Impl {
   // Attaches `hit` to the empty sequence `id` in every group; all or nothing (false: a store did
   // not attach what it said it held, and the sequence is empty again).
   bool attach(SeqId id, std::span<const std::int32_t> token_ids, const PrefixHit& hit);
-  bool frees_pages = false;  // some group frees pages behind its window
+  bool frees_pages = false;    // some group frees pages behind its window
+  std::uint32_t rollback = 0;  // layers.rollback: tokens a windowed group keeps behind its window
 
   // One layer's attention through the per-layer calls (planned for this call alone).
   void attend(std::uint32_t layer, std::span<const SeqId> ids,

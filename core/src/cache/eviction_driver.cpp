@@ -134,7 +134,8 @@ void Cache::Impl::after_step(EvictionReport& report) {
       for (Group& g : groups) g.store->publish_prefix(id, s.tokens);
       if (s.next_position >= static_cast<Position>(s.tokens.size())) s.tokens.clear();  // all out
     }
-  // A windowed group's pages behind every later query's window go. This is the mask's own
+  // A windowed group's pages behind every later query's window (and layers.rollback tokens
+  // more) go. This is the mask's own
   // rule, not an eviction: no query could read them again, so nothing is reported.
   for (Group& g : groups) {
     if (!g.info.frees_pages) continue;
@@ -145,8 +146,9 @@ void Cache::Impl::after_step(EvictionReport& report) {
         written = g.store->written(id, l) == length;
       if (!written) continue;  // a per-layer caller mid-step: at the next step
       const std::vector<Position> held = g.store->positions(id);
-      const std::vector<PositionRange> gone =
-          windows::behind(*g.mask, held, s.next_position, page_size);
+      const std::vector<PositionRange> gone = windows::behind(
+          *g.mask, held, std::max<Position>(s.next_position - static_cast<Position>(rollback), 0),
+          page_size);
       if (!gone.empty()) g.store->drop_unseen(id, gone);
     }
   }

@@ -94,7 +94,7 @@ std::vector<std::pair<LayerGroup, Config>> group_configs(const Config& config) {
 // which a sliding group reserves before it frees the page its window left), so that the groups
 // run out together at that length.
 std::vector<std::uint64_t> capacity_shares(std::uint64_t capacity, std::uint64_t context,
-                                           std::uint32_t page_size,
+                                           std::uint32_t page_size, std::uint32_t rollback,
                                            const std::vector<StoreSpec>& specs,
                                            const std::vector<MaskDescription>& masks) {
   std::vector<long double> weights;
@@ -102,7 +102,7 @@ std::vector<std::uint64_t> capacity_shares(std::uint64_t capacity, std::uint64_t
   for (std::size_t g = 0; g < specs.size(); ++g) {
     weights.push_back(
         static_cast<long double>(page_cost(specs[g])) *
-        static_cast<long double>(windows::pages_kept(masks[g], context, page_size) + 1));
+        static_cast<long double>(windows::pages_kept(masks[g], context, page_size, rollback) + 1));
     total += weights.back();
   }
   std::vector<std::uint64_t> shares;
@@ -155,6 +155,7 @@ std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const R
   impl->registry = registry;
   impl->model = config.model;
   impl->page_size = config.cache.page_size;
+  impl->rollback = config.group_rollback;
   const bool hybrid = !config.layer_groups.empty();
   if (config.eviction.name != "none")
     impl->policy = registry->create_eviction(config.eviction.name, config.eviction.options);
@@ -205,8 +206,9 @@ std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const R
     impl->groups.push_back(std::move(g));
   }
   if (hybrid) {
-    const std::vector<std::uint64_t> shares = capacity_shares(
-        config.cache.capacity_bytes, config.group_context, config.cache.page_size, specs, masks);
+    const std::vector<std::uint64_t> shares =
+        capacity_shares(config.cache.capacity_bytes, config.group_context, config.cache.page_size,
+                        config.group_rollback, specs, masks);
     for (std::size_t i = 0; i < specs.size(); ++i) specs[i].capacity_bytes = shares[i];
   }
   impl->places.resize(config.model.layers);

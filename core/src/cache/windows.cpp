@@ -34,12 +34,12 @@ bool frees(const MaskDescription& mask) {
 }
 
 std::uint64_t pages_kept(const MaskDescription& mask, std::uint64_t context,
-                         std::uint32_t page_size) {
+                         std::uint32_t page_size, std::uint32_t rollback) {
   const std::uint64_t all = pages_for(context, page_size);
   if (!frees(mask)) return all;
   const auto window =
       static_cast<std::uint64_t>(mask.kind == MaskKind::chunked ? mask.chunk : mask.window);
-  std::uint64_t kept = pages_for(window, page_size) + 1;
+  std::uint64_t kept = pages_for(window + rollback, page_size) + 1;
   if (mask.kind == MaskKind::sink_window)
     kept += pages_for(static_cast<std::uint64_t>(std::max<std::int64_t>(mask.sinks, 0)), page_size);
   return std::min(all, kept);

@@ -17,9 +17,10 @@ namespace kvcache::windows {
 bool frees(const MaskDescription& mask);
 
 // Pages a sequence of `context` tokens holds at most in a group under this mask, between steps
-// of one token: a window's pages and the page it is filling (and the sinks' pages).
+// of one token: a window's pages and the page it is filling (and the sinks' pages), and those of
+// `rollback` tokens kept behind the window.
 std::uint64_t pages_kept(const MaskDescription& mask, std::uint64_t context,
-                         std::uint32_t page_size);
+                         std::uint32_t page_size, std::uint32_t rollback = 0);
 
 // The positions of whole pages that no query at `next` or later sees, for a sequence whose
 // slots hold `held` (ascending) in pages of `page_size`: what the group may drop.

@@ -133,6 +133,8 @@ std::string to_yaml(const Config& config) {
     }
     out << YAML::EndMap;
     out << YAML::Key << "context" << YAML::Value << config.group_context;
+    if (config.group_rollback > 0)
+      out << YAML::Key << "rollback" << YAML::Value << config.group_rollback;
     out << YAML::EndMap;
   }
   // env_paths are left out: they come from KVCACHE_PLUGIN_PATH, not from a file.

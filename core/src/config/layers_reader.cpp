@@ -134,11 +134,12 @@ std::optional<LayersSection> read_layers(YamlReader& reader, const Field& value)
   section.where = value.where;
   bool ok = true;
   const bool map = reader.for_each_entry(
-      value, {"groups", "pattern", "context"}, [&](const std::string& key, const Field& field) {
-        if (key == "context") {
-          const auto context = reader.positive_int(field);
-          ok = ok && context.has_value();
-          if (context) section.context = *context;
+      value, {"groups", "pattern", "context", "rollback"},
+      [&](const std::string& key, const Field& field) {
+        if (key == "context" || key == "rollback") {
+          const auto tokens = reader.positive_int(field);
+          ok = ok && tokens.has_value();
+          if (tokens) (key == "context" ? section.context : section.rollback) = *tokens;
           return;
         }
         if (key == "pattern") {
@@ -270,6 +271,7 @@ void resolve_layers(const LayersSection& section, Config& config, std::vector<Di
           "group '" + group.name + "' holds no layer of the model's " + std::to_string(count));
   if (errors.size() != before) return;
   config.group_context = section.context;
+  config.group_rollback = section.rollback;
   if (groups.size() == 1) {  // one group for every layer: the uniform case
     config.mask = groups[0].mask;
     config.k_quantizer = groups[0].k_format;

@@ -33,6 +33,7 @@ struct LayersSection {
   std::vector<Group> groups;
   std::vector<Run> pattern;       // empty: each group names its layers
   std::uint32_t context = 32768;  // layers.context
+  std::uint32_t rollback = 0;     // layers.rollback
   SourceLocation where;
 };
 
