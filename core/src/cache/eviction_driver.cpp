@@ -135,8 +135,8 @@ void Cache::Impl::after_step(EvictionReport& report) {
       if (s.next_position >= static_cast<Position>(s.tokens.size())) s.tokens.clear();  // all out
     }
   // A windowed group's pages behind every later query's window (and layers.rollback tokens
-  // more) go. This is the mask's own
-  // rule, not an eviction: no query could read them again, so nothing is reported.
+  // more) go. This is the mask's own rule, not an eviction: no query could read them again, so
+  // nothing is reported.
   for (Group& g : groups) {
     if (!g.info.frees_pages) continue;
     for (const auto& [id, s] : sequences) {

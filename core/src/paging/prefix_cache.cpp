@@ -51,13 +51,27 @@ void PageBook::publish_prefix(SeqId id, std::span<const std::int32_t> token_ids)
   }
 }
 
-std::uint64_t PageBook::match_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
+PageBook::Sequence& PageBook::empty_sequence(SeqId id, const char* call) {
   Sequence& s = find(id);
   ++s.shape;
   if (s.length != 0)
-    throw Error(Code::invalid_argument, "match_prefix needs an empty sequence; sequence " +
+    throw Error(Code::invalid_argument, std::string(call) + " needs an empty sequence; sequence " +
                                             std::to_string(id) + " holds " +
                                             std::to_string(s.length) + " tokens");
+  return s;
+}
+
+void PageBook::hold_prefix(Sequence& s, Position next_position) {
+  s.length = s.pages.size() * spec_.page_size;
+  s.scores.assign(s.length, 0.0f);
+  s.score_marks.clear();
+  s.residual_from = s.length;
+  s.next_position = next_position;
+  std::fill(s.written.begin(), s.written.end(), s.length);
+}
+
+std::uint64_t PageBook::match_prefix(SeqId id, std::span<const std::int32_t> token_ids) {
+  Sequence& s = empty_sequence(id, "match_prefix");
   if (!spec_.prefix_caching) return 0;
   const std::uint32_t page_size = spec_.page_size;
   // The memory the books need first: a page retained is always recorded.
@@ -77,12 +91,7 @@ std::uint64_t PageBook::match_prefix(SeqId id, std::span<const std::int32_t> tok
     s.chain.push_back(hash);
     parent = hash;
   }
-  s.length = s.pages.size() * page_size;
-  s.scores.assign(s.length, 0.0f);
-  s.score_marks.clear();
-  s.residual_from = s.length;
-  s.next_position = static_cast<Position>(s.length);
-  std::fill(s.written.begin(), s.written.end(), s.length);
+  hold_prefix(s, static_cast<Position>(s.pages.size() * page_size));
   return s.length;
 }
 
@@ -115,12 +124,7 @@ std::vector<std::uint8_t> PageBook::prefix_pages(std::span<const std::int32_t> t
 
 bool PageBook::attach_prefix(SeqId id, std::span<const std::int32_t> token_ids,
                              std::span<const std::uint64_t> pages) {
-  Sequence& s = find(id);
-  ++s.shape;
-  if (s.length != 0)
-    throw Error(Code::invalid_argument, "attach_prefix needs an empty sequence; sequence " +
-                                            std::to_string(id) + " holds " +
-                                            std::to_string(s.length) + " tokens");
+  Sequence& s = empty_sequence(id, "attach_prefix");
   const std::uint32_t page_size = spec_.page_size;
   const std::uint64_t count = token_ids.size() / page_size;
   if (token_ids.size() % page_size != 0)
@@ -145,16 +149,11 @@ bool PageBook::attach_prefix(SeqId id, std::span<const std::int32_t> token_ids,
     found.push_back(*page);
   }
   // The memory first: a page retained is always recorded.
-  std::vector<float> scores(found.size() * page_size, 0.0f);
+  s.scores.reserve(found.size() * page_size);
   for (const PageId page : found) pool_.retain(page);
   s.pages = std::move(found);
   s.chain = std::move(chain);
-  s.length = s.pages.size() * page_size;
-  s.scores = std::move(scores);
-  s.score_marks.clear();
-  s.residual_from = s.length;
-  s.next_position = static_cast<Position>(token_ids.size());
-  std::fill(s.written.begin(), s.written.end(), s.length);
+  hold_prefix(s, static_cast<Position>(token_ids.size()));
   return true;
 }
 

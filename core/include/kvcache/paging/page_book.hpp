@@ -172,6 +172,11 @@ class PageBook {
 
  private:
   bool fully_written(const Sequence& s) const;
+  // The sequence a prefix attaches to (its shape counted), refused unless it holds nothing.
+  Sequence& empty_sequence(SeqId id, const char* call);
+  // After a prefix attached s.pages: the sequence holds them whole, written in every layer, with
+  // no scores yet, and its next position is `next_position`.
+  void hold_prefix(Sequence& s, Position next_position);
   // A page that must not be written through: shared with another sequence or published.
   bool frozen(PageId page) const { return pool_.refs(page) > 1 || prefix_.published(page); }
   // truncate's checks: Error(unsupported) unless `s` can be cut to `keep` slots.
