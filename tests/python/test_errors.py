@@ -58,9 +58,16 @@ def test_layer_groups_are_checked_and_what_they_do_not_run_is_refused_by_name():
     assert [g["name"] for g in hybrid.groups()] == ["local", "global"]
     with pytest.raises(kvcache.InvalidArgument, match=r"pass layer="):
         hybrid.length(hybrid.add_sequence())
-    with pytest.raises(kvcache.Unsupported, match=r"eviction 'streaming' drops tokens"):
-        kvcache.Cache(model=model, backend=["cpu-tbb"], layers=layers,
-                      eviction={"name": "streaming", "sinks": 4, "window": 64})
+    streaming = {"name": "streaming", "sinks": 4, "window": 64}
+    dropping = kvcache.Cache(model=model, backend=["cpu-tbb"], layers=layers, eviction=streaming)
+    assert [g["name"] for g in dropping.groups()] == ["local", "global"]
+    # A dropped token leaves every group, so a group whose format cannot lose one is named.
+    kivi = {"format": {"k": {"name": "kivi-k", "group": 8}, "v": "fp16"}}
+    with pytest.raises(kvcache.InvalidArgument,
+                       match=r"layers\.groups\.global\..*eviction 'streaming' drops tokens"):
+        kvcache.Cache(model=model, backend=["cpu-tbb"], eviction=streaming,
+                      layers={"groups": {"local": local, "global": kivi},
+                              "pattern": ["local x5", "global"]})
 
 
 def test_cache_full_carries_the_report_and_reserves_nothing():
