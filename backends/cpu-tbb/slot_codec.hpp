@@ -23,7 +23,7 @@ class SlotCodec {
   // The kind in which the kernels read these rows in place: fp16, bf16, fp8, int8 and int4 (in
   // groups of 32, 64 or 128); float32 for every other format (decoded into float32 rows first).
   RowFormat row_kind() const;
-  const StorageFormat& layout() const { return layout_; }
+  const TileLayout& layout() const { return layout_; }
 
   // Per-slot formats only.
   void encode(const float* row, std::byte* tile, std::uint32_t slot) const;
@@ -64,7 +64,7 @@ class SlotCodec {
   DLTensor rows_tensor(const float* rows, std::int64_t* shape) const;
 
   FormatSpec spec_;
-  StorageFormat layout_;
+  TileLayout layout_;
   std::uint32_t head_dim_;
   std::uint32_t page_size_;
   std::shared_ptr<const Quantizer> external_;  // an external format's codec, else null

@@ -20,7 +20,7 @@ static_assert(kFp32 == static_cast<std::uint32_t>(FormatKind::fp32) &&
 
 inline DeviceFormat device_format(const FormatSpec& spec, std::uint32_t head_dim,
                                   std::uint32_t page_size, const char* backend) {
-  const StorageFormat layout = format_layout(spec, head_dim, page_size);
+  const TileLayout layout = format_layout(spec, head_dim, page_size);
   if (layout.code_bytes % 4 != 0)
     throw Error(Code::unsupported, std::string(backend) + " backend: " + spec.name() +
                                        " codes of a page must fill whole 4-byte words");

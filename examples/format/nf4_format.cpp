@@ -38,12 +38,12 @@ class Nf4 final : public kvcache::Quantizer {
                            "nf4: option 'group' must be a positive even number of elements");
   }
 
-  kvcache::StorageFormat describe(std::uint32_t head_dim, std::uint32_t page_size) const override {
+  kvcache::TileLayout describe(std::uint32_t head_dim, std::uint32_t page_size) const override {
     if (head_dim % group_ != 0)
       throw kvcache::Error(kvcache::Code::invalid_argument, "nf4: group " + std::to_string(group_) +
                                                                 " does not divide head_dim " +
                                                                 std::to_string(head_dim));
-    kvcache::StorageFormat f;
+    kvcache::TileLayout f;
     f.code_bits = 4;
     f.granularity = kvcache::Granularity::group;
     f.group_size = group_;
@@ -60,7 +60,7 @@ class Nf4 final : public kvcache::Quantizer {
   void encode(const DLTensor& src, std::uint32_t first_slot, std::uint32_t page_size,
               void* tile) const override {
     const auto [count, dim] = rows(src, first_slot, page_size);
-    const kvcache::StorageFormat f = describe(dim, page_size);
+    const kvcache::TileLayout f = describe(dim, page_size);
     auto* bytes = static_cast<std::uint8_t*>(tile);
     const auto* x =
         reinterpret_cast<const float*>(static_cast<const std::byte*>(src.data) + src.byte_offset);
@@ -84,7 +84,7 @@ class Nf4 final : public kvcache::Quantizer {
   void decode(const void* tile, std::uint32_t first_slot, std::uint32_t page_size,
               DLTensor& dst) const override {
     const auto [count, dim] = rows(dst, first_slot, page_size);
-    const kvcache::StorageFormat f = describe(dim, page_size);
+    const kvcache::TileLayout f = describe(dim, page_size);
     const auto* bytes = static_cast<const std::uint8_t*>(tile);
     auto* out = reinterpret_cast<float*>(static_cast<std::byte*>(dst.data) + dst.byte_offset);
     for (std::uint32_t r = 0; r < count; ++r) {

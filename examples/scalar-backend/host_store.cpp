@@ -119,7 +119,7 @@ void HostStore::poison(PageId page, std::uint32_t from_slot) {
   for (std::uint32_t layer = 0; layer < spec().model.layers; ++layer) {
     for (std::uint32_t h = 0; h < spec().model.kv_heads; ++h) {
       for (const bool value : {false, true}) {
-        const kvcache::StorageFormat& f = codec(value).layout();
+        const kvcache::TileLayout& f = codec(value).layout();
         std::byte* t = tile(page, layer, h, value);
         if (from_slot == 0) {  // the whole tile, a group's scales included
           std::memset(t, 0xFF, f.tile_bytes);

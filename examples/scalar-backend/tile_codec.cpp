@@ -42,7 +42,7 @@ void TileCodec::decode(const std::byte* tile, std::uint32_t slot, float* row) co
 
 void TileCodec::copy_slot(const std::byte* from, std::uint32_t from_slot, std::byte* to,
                           std::uint32_t to_slot) const {
-  const kvcache::StorageFormat& f = layout();
+  const kvcache::TileLayout& f = layout();
   std::memmove(to + slot_code_offset(f, to_slot), from + slot_code_offset(f, from_slot),
                f.slot_code_bytes);
   std::memmove(to + f.code_bytes + std::size_t{to_slot} * f.slot_meta_bytes,

@@ -14,7 +14,7 @@ namespace scalar {
 class TileCodec {
  public:
   TileCodec(kvcache::StoreFormat format, std::uint32_t head_dim, std::uint32_t page_size);
-  const kvcache::StorageFormat& layout() const { return format_.layout; }
+  const kvcache::TileLayout& layout() const { return format_.layout; }
   // Tokens encoded together (kivi-k's group); 0 when every slot stands alone.
   std::uint32_t token_group() const {
     return format_.spec.groups_tokens() ? format_.spec.group : 0;

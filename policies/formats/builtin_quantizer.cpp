@@ -35,14 +35,14 @@ Rows rows_of(const DLTensor& t, std::uint32_t first_slot, std::uint32_t page_siz
 BuiltinQuantizer::BuiltinQuantizer(FormatKind kind, const sdk::Options& options)
     : spec_(parse_format(FormatSpec{kind}.name(), options.json())) {}
 
-StorageFormat BuiltinQuantizer::describe(std::uint32_t head_dim, std::uint32_t page_size) const {
+TileLayout BuiltinQuantizer::describe(std::uint32_t head_dim, std::uint32_t page_size) const {
   return format_layout(spec_, head_dim, page_size);
 }
 
 void BuiltinQuantizer::encode(const DLTensor& src, std::uint32_t first_slot,
                               std::uint32_t page_size, void* tile) const {
   const auto [count, dim, data] = rows_of(src, first_slot, page_size);
-  const StorageFormat f = format_layout(spec_, dim, page_size);
+  const TileLayout f = format_layout(spec_, dim, page_size);
   auto* t = static_cast<std::byte*>(tile);
   const auto* rows = reinterpret_cast<const float*>(data);
   if (spec_.groups_tokens()) {
@@ -68,7 +68,7 @@ void BuiltinQuantizer::encode(const DLTensor& src, std::uint32_t first_slot,
 void BuiltinQuantizer::decode(const void* tile, std::uint32_t first_slot, std::uint32_t page_size,
                               DLTensor& dst) const {
   const auto [count, dim, data] = rows_of(dst, first_slot, page_size);
-  const StorageFormat f = format_layout(spec_, dim, page_size);
+  const TileLayout f = format_layout(spec_, dim, page_size);
   const auto* t = static_cast<const std::byte*>(tile);
   auto* rows = reinterpret_cast<float*>(data);
   for (std::uint32_t r = 0; r < count; ++r) {

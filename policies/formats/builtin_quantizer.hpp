@@ -14,7 +14,7 @@ namespace kvcache::reference {
 class BuiltinQuantizer : public Quantizer {
  public:
   BuiltinQuantizer(FormatKind kind, const sdk::Options& options);
-  StorageFormat describe(std::uint32_t head_dim, std::uint32_t page_size) const override;
+  TileLayout describe(std::uint32_t head_dim, std::uint32_t page_size) const override;
   void encode(const DLTensor& src, std::uint32_t first_slot, std::uint32_t page_size,
               void* tile) const override;
   void decode(const void* tile, std::uint32_t first_slot, std::uint32_t page_size,

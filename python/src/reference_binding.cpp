@@ -34,7 +34,7 @@ std::vector<float> rows_through(const Floats& x, const std::string& name,
     throw nb::value_error(
         (name + " encodes groups of " + std::to_string(group) + " rows: give a multiple of it")
             .c_str());
-  const StorageFormat layout = format_layout(spec, dim, std::max<std::uint32_t>(group, 16));
+  const TileLayout layout = format_layout(spec, dim, std::max<std::uint32_t>(group, 16));
   const std::size_t meta_bytes =
       spec.groups_tokens() ? std::size_t{dim} * 4 : layout.slot_meta_bytes;
   std::vector<float> out(std::size_t{rows} * dim);

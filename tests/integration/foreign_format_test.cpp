@@ -72,7 +72,7 @@ TEST(ForeignFormat, RunsThroughTheCacheOnCpuTbbByItsOwnCodec) {
     const Quantizer& codec = value ? *v_codec : *k_codec;
     const std::vector<float>& in = value ? v : k;
     const std::vector<float>& got = value ? gv : gk;
-    const StorageFormat f = codec.describe(m.head_dim, 16);
+    const TileLayout f = codec.describe(m.head_dim, 16);
     std::vector<std::byte> tile(f.tile_bytes);
     std::vector<float> row(m.head_dim), back(m.head_dim);
     std::int64_t row_shape[2] = {1, m.head_dim};

@@ -110,7 +110,7 @@ TEST_F(PluginRoundTrip, UnknownComponentSuggestsTheNearest) {
 
 TEST_F(PluginRoundTrip, QuantizerEncodesAndDecodesDLTensors) {
   const auto q = registry_->create_quantizer("test-quantizer", {{"scale", 4.0}});
-  const StorageFormat f = q->describe(4, 16);
+  const TileLayout f = q->describe(4, 16);
   EXPECT_EQ(f.code_bits, 32u);
   EXPECT_EQ(f.tile_bytes, 4u * 16u * 4u);
   std::vector<float> tile(4 * 16, 0.0f);

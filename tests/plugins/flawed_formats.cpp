@@ -15,8 +15,8 @@ class Flawed final : public kvcache::Quantizer {
  public:
   explicit Flawed(const kvcache::sdk::Options&) {}
 
-  kvcache::StorageFormat describe(std::uint32_t head_dim, std::uint32_t page_size) const override {
-    kvcache::StorageFormat f;
+  kvcache::TileLayout describe(std::uint32_t head_dim, std::uint32_t page_size) const override {
+    kvcache::TileLayout f;
     f.code_bits = 32;
     f.slot_code_bytes = F == Flaw::shared_slots ? 0 : head_dim * 4;
     f.code_bytes = std::uint64_t{page_size} * head_dim * 4;

@@ -47,7 +47,7 @@ class TestQuantizer final : public Quantizer {
   explicit TestQuantizer(const sdk::Options& options) : scale_(options.get<double>("scale", 2.0)) {
     options.only({"scale"});
   }
-  StorageFormat describe(std::uint32_t head_dim, std::uint32_t page_size) const override {
+  TileLayout describe(std::uint32_t head_dim, std::uint32_t page_size) const override {
     const std::uint64_t bytes = std::uint64_t{head_dim} * page_size * sizeof(float);
     return {32, Granularity::none, 0, true, {0, 0, 0}, bytes, bytes};
   }

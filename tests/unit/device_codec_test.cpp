@@ -91,7 +91,7 @@ TEST(DeviceCodec, RowsEncodeAndDecodeLikeTheReference) {
     for (const std::uint32_t dim : {16u, 64u, 128u, 256u}) {
       const FormatSpec spec = parse_format(name, options);
       if (spec.kind == FormatKind::int4_group && dim % spec.group != 0) continue;
-      const StorageFormat layout = format_layout(spec, dim, kPage);
+      const TileLayout layout = format_layout(spec, dim, kPage);
       const DeviceFormat f = device_format(spec, dim, kPage, "test");
       std::vector<std::uint8_t> tile(layout.tile_bytes, 0), want(layout.tile_bytes, 0);
       std::vector<float> x(dim), decoded(dim);
@@ -126,7 +126,7 @@ TEST(DeviceCodec, TokenGroupsEncodeAndDecodeLikeTheReference) {
     for (const std::uint32_t group : {8u, 16u, 32u}) {
       for (const std::uint32_t dim : {16u, 128u}) {
         const FormatSpec spec = parse_format("kivi-k", {{"group", group}, {"bits", bits}});
-        const StorageFormat layout = format_layout(spec, dim, kPage);
+        const TileLayout layout = format_layout(spec, dim, kPage);
         const DeviceFormat f = device_format(spec, dim, kPage, "test");
         std::vector<std::uint8_t> tile(layout.tile_bytes, 0), want(layout.tile_bytes, 0);
         std::vector<float> rows(std::size_t{group} * dim), decoded(dim);

@@ -34,12 +34,12 @@ TEST(Formats, NamesAndOptions) {
 }
 
 TEST(Formats, LayoutsCountScales) {
-  const StorageFormat i8 = format_layout(parse_format("int8-per-token"), 128, 16);
+  const TileLayout i8 = format_layout(parse_format("int8-per-token"), 128, 16);
   EXPECT_EQ(i8.slot_code_bytes, 128u);
   EXPECT_EQ(i8.slot_meta_bytes, 4u);
   EXPECT_EQ(i8.code_bytes, 2048u);
   EXPECT_EQ(i8.tile_bytes, 2112u);
-  const StorageFormat i4 = format_layout(parse_format("int4-group", {{"group", 32}}), 128, 16);
+  const TileLayout i4 = format_layout(parse_format("int4-group", {{"group", 32}}), 128, 16);
   EXPECT_EQ(i4.slot_code_bytes, 64u);
   EXPECT_EQ(i4.slot_meta_bytes, 16u);  // 4 groups x (fp16 scale + fp16 minimum)
   EXPECT_EQ(i4.tile_bytes, 16u * 80u);

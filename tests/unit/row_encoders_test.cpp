@@ -72,7 +72,7 @@ TEST(RowEncoders, Avx2WritesTheReferencesBytes) {
       if (spec.kind == FormatKind::int4_group && d % spec.group != 0) continue;
       const cpu::RowEncoder encode = cpu::avx2::row_encoder(kind, d);
       ASSERT_NE(encode, nullptr) << name << " at head_dim " << d;
-      const StorageFormat layout = format_layout(spec, d, 16);
+      const TileLayout layout = format_layout(spec, d, 16);
       const std::size_t code_bytes = layout.slot_code_bytes, meta_bytes = layout.slot_meta_bytes;
       for (const std::vector<float>& row : rows_for(d)) {
         // One byte past the meta: an encoder must not write it.

@@ -52,7 +52,7 @@ struct RowData {
   }
 };
 RowData random_rows(const Format& f, std::uint32_t dim, std::uint32_t n, std::mt19937& rng) {
-  const StorageFormat layout = format_layout(f.spec, dim, 16);
+  const TileLayout layout = format_layout(f.spec, dim, 16);
   RowData r{std::vector<std::uint8_t>(layout.slot_code_bytes * n),
             std::vector<std::uint8_t>(layout.slot_meta_bytes * n)};
   std::normal_distribution<float> normal;

@@ -158,7 +158,7 @@ class StoreConformance : public ::testing::TestWithParam<StoreCase> {
         for (const bool value : {false, true}) {
           const ReferenceCodec codec(spec(1), value);
           const FormatSpec& f = codec.format().spec;
-          const StorageFormat& layout = value ? info.v_format : info.k_format;
+          const TileLayout& layout = value ? info.v_format : info.k_format;
           const std::size_t group = f.groups_tokens() ? f.group : 1;
           for (std::size_t first = 0; first < n; first += group) {
             const std::size_t count = std::min(group, n - first);

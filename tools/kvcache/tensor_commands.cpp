@@ -59,7 +59,7 @@ void run_quantize(const Globals& globals, const QuantizeFlags& f) {
                                             std::to_string(page) + " rows; '" + f.in + "' has " +
                                             std::to_string(rows));
   const auto quantizer = registry->create_quantizer(f.format, options);
-  const StorageFormat layout = quantizer->describe(dim, page);
+  const TileLayout layout = quantizer->describe(dim, page);
 
   std::vector<std::byte> codes, meta;
   std::vector<float> dequantized(x.size());

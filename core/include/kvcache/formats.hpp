@@ -56,15 +56,14 @@ bool is_built_in_format(std::string_view name);
 
 // Layout for a head dimension and page size; throws Error(invalid_argument) when the format
 // cannot hold it (e.g. a group that does not divide head_dim).
-StorageFormat format_layout(const FormatSpec& spec, std::uint32_t head_dim,
-                            std::uint32_t page_size);
+TileLayout format_layout(const FormatSpec& spec, std::uint32_t head_dim, std::uint32_t page_size);
 
 // Byte offsets within a tile of a slot's codes and of its meta (its group's meta for a format
 // that groups tokens).
-inline std::size_t slot_code_offset(const StorageFormat& f, std::uint32_t slot) {
+inline std::size_t slot_code_offset(const TileLayout& f, std::uint32_t slot) {
   return std::size_t{slot} * f.slot_code_bytes;
 }
-inline std::size_t slot_meta_offset(const FormatSpec& spec, const StorageFormat& f,
+inline std::size_t slot_meta_offset(const FormatSpec& spec, const TileLayout& f,
                                     std::uint32_t head_dim, std::uint32_t slot) {
   return f.code_bytes + (spec.groups_tokens() ? std::size_t{slot / spec.group} * head_dim * 4
                                               : std::size_t{slot} * f.slot_meta_bytes);
@@ -77,7 +76,7 @@ inline std::size_t slot_meta_offset(const FormatSpec& spec, const StorageFormat&
 struct StoreFormat {
   std::string name;
   FormatSpec spec;
-  StorageFormat layout;
+  TileLayout layout;
   std::shared_ptr<const Quantizer> codec;  // external formats only
   bool external() const { return spec.kind == FormatKind::external; }
 };

@@ -19,7 +19,7 @@ enum class Granularity : std::uint32_t {
 // first (code_bytes), then scales and zeros up to tile_bytes. Formats whose slots are
 // self-contained give their per-slot sizes (codes at slot * slot_code_bytes, meta at
 // code_bytes + slot * slot_meta_bytes); 0 when a slot is not separable.
-struct StorageFormat {
+struct TileLayout {
   std::uint32_t code_bits = 0;
   Granularity granularity = Granularity::none;
   std::uint32_t group_size = 0;
@@ -31,10 +31,14 @@ struct StorageFormat {
   std::uint32_t slot_meta_bytes = 0;
 };
 
+// TileLayout's name before 2026-12-07, kept so that format plugins written against it still
+// compile.
+using StorageFormat = TileLayout;
+
 class Quantizer {
  public:
   virtual ~Quantizer() = default;
-  virtual StorageFormat describe(std::uint32_t head_dim, std::uint32_t page_size) const = 0;
+  virtual TileLayout describe(std::uint32_t head_dim, std::uint32_t page_size) const = 0;
   // src: host floats [count, head_dim], stored into slots [first_slot, first_slot + count).
   virtual void encode(const DLTensor& src, std::uint32_t first_slot, std::uint32_t page_size,
                       void* tile) const = 0;

@@ -212,8 +212,8 @@ std::optional<Diagnostic> token_drop_check(const Config& config, const Registry&
   if (drops == false) return std::nullopt;
   for (const auto& [key, choice] :
        {std::pair{"format.k", &config.k_quantizer}, std::pair{"format.v", &config.v_quantizer}}) {
-    const StorageFormat f = registry.create_quantizer(choice->name, choice->options)
-                                ->describe(config.model.head_dim, config.cache.page_size);
+    const TileLayout f = registry.create_quantizer(choice->name, choice->options)
+                             ->describe(config.model.head_dim, config.cache.page_size);
     if (f.granularity != Granularity::channel) continue;
     const std::string eviction = "eviction '" + config.eviction.name + "'";
     const std::string format = std::string(key) + " " + choice->name + " (scales over groups of " +

@@ -77,11 +77,10 @@ FormatSpec parse_format(std::string_view name, const nlohmann::json& options) {
                                    did_you_mean(name, format_names()));
 }
 
-StorageFormat format_layout(const FormatSpec& spec, std::uint32_t head_dim,
-                            std::uint32_t page_size) {
+TileLayout format_layout(const FormatSpec& spec, std::uint32_t head_dim, std::uint32_t page_size) {
   if (head_dim == 0 || page_size == 0)
     throw Error(Code::invalid_argument, "head_dim and page_size must be positive");
-  StorageFormat f;
+  TileLayout f;
   [[maybe_unused]] const DLDataType f32{kDLFloat, 32, 1};
   const DLDataType f16{kDLFloat, 16, 1};
   switch (spec.kind) {
@@ -144,8 +143,8 @@ StorageFormat format_layout(const FormatSpec& spec, std::uint32_t head_dim,
 }
 
 std::uint64_t page_cost(const StoreSpec& spec) {
-  const StorageFormat k = store_format(spec, false).layout;
-  const StorageFormat v = store_format(spec, true).layout;
+  const TileLayout k = store_format(spec, false).layout;
+  const TileLayout v = store_format(spec, true).layout;
   return std::uint64_t{spec.model.layers} * spec.model.kv_heads * (k.tile_bytes + v.tile_bytes) +
          std::uint64_t{spec.page_size} * sizeof(Position);
 }

@@ -17,7 +17,7 @@ namespace {
 
 // What a store needs of a layout it did not compute: slots that fit the tile and can be moved
 // one by one, and no more than 8 bytes an element (more than float64 is no storage format).
-void check_layout(const std::string& name, const StorageFormat& f, std::uint32_t head_dim,
+void check_layout(const std::string& name, const TileLayout& f, std::uint32_t head_dim,
                   std::uint32_t page_size) {
   const std::uint64_t codes = std::uint64_t{page_size} * f.slot_code_bytes;
   const std::uint64_t meta = std::uint64_t{page_size} * f.slot_meta_bytes;
@@ -43,7 +43,7 @@ void check_layout(const std::string& name, const StorageFormat& f, std::uint32_t
 // Encodes a page of rows and decodes it back, in buffers with guard bytes after them: a codec
 // that throws, writes past its tile or its rows, or decodes finite rows to non-finite values is
 // refused now rather than in the middle of a step.
-void try_codec(const std::string& name, const Quantizer& codec, const StorageFormat& f,
+void try_codec(const std::string& name, const Quantizer& codec, const TileLayout& f,
                std::uint32_t head_dim, std::uint32_t page_size) {
   constexpr std::size_t kGuard = 64;
   constexpr auto kMark = std::byte{0xA5};

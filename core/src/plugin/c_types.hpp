@@ -1,7 +1,7 @@
 // C ABI value types read back into their C++ twins (host side): the SDK's conversions.
 #pragma once
 
-#include "kvcache/sdk/c_types.hpp"
+#include "kvcache/sdk/detail/c_types.hpp"
 
 namespace kvcache::plugin {
 

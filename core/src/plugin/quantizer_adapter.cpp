@@ -11,7 +11,7 @@ class HostQuantizer final : public Quantizer {
   explicit HostQuantizer(std::unique_ptr<PluginInstance<kvc_quantizer_table>> instance)
       : instance_(std::move(instance)) {}
 
-  StorageFormat describe(std::uint32_t head_dim, std::uint32_t page_size) const override {
+  TileLayout describe(std::uint32_t head_dim, std::uint32_t page_size) const override {
     kvc_format_desc d{};
     d.struct_size = sizeof(d);
     instance_->call(&kvc_quantizer_table::describe, head_dim, page_size, &d);

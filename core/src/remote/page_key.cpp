@@ -28,7 +28,7 @@ class Bytes {
     bytes_.insert(bytes_.end(), d.begin(), d.end());
     return *this;
   }
-  Bytes& layout(const StorageFormat& f) {
+  Bytes& layout(const TileLayout& f) {
     return u32(f.code_bits)
         .u32(static_cast<std::uint32_t>(f.granularity))
         .u32(f.group_size)

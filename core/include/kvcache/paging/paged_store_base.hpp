@@ -50,7 +50,7 @@ class PagedStoreBase : public CacheStore, protected PageMemory {
   // The formats of K and V (an external one with its codec), their tile layouts, and the bytes
   // of one page across layers, K and V.
   const StoreFormat& format(bool value) const { return value ? v_format_ : k_format_; }
-  const StorageFormat& layout(bool value) const { return format(value).layout; }
+  const TileLayout& layout(bool value) const { return format(value).layout; }
   std::uint64_t page_bytes() const { return page_bytes_; }
 
  protected:

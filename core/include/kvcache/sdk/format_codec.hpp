@@ -9,8 +9,8 @@
 
 #include "kvcache/plugin_abi.h"
 #include "kvcache/quantizer.hpp"
-#include "kvcache/sdk/c_types.hpp"
-#include "kvcache/sdk/guard.hpp"
+#include "kvcache/sdk/detail/c_types.hpp"
+#include "kvcache/sdk/detail/guard.hpp"
 #include "kvcache/status.hpp"
 
 namespace kvcache::sdk {
@@ -65,7 +65,7 @@ class LentQuantizer final : public Quantizer {
   }
   const std::string& name() const { return name_; }
 
-  StorageFormat describe(std::uint32_t head_dim, std::uint32_t page_size) const override {
+  TileLayout describe(std::uint32_t head_dim, std::uint32_t page_size) const override {
     kvc_format_desc d{};
     d.struct_size = sizeof(d);
     call("describe",

@@ -9,8 +9,8 @@
 
 #include "kvcache/cache_store.hpp"
 #include "kvcache/plugin_abi.h"
-#include "kvcache/sdk/c_types.hpp"
-#include "kvcache/sdk/guard.hpp"
+#include "kvcache/sdk/detail/c_types.hpp"
+#include "kvcache/sdk/detail/guard.hpp"
 
 namespace kvcache::sdk::detail {
 
