@@ -14,16 +14,12 @@ class CpuAttention final : public Attention {
   // (so a chunked prefill gives what decoding token by token gives). Its keys are split at fixed
   // counts of slots and never share a query tile: prefill reads keys once per query.
   explicit CpuAttention(bool batch_invariant = false) : batch_invariant_(batch_invariant) {}
-  void decode(CacheStore& store, const AttentionRequest& request) override;
-  void prefill(CacheStore& store, const AttentionRequest& request) override;
   // A step: the slots and the work schedule once, every layer on them.
   std::unique_ptr<StepPlan> plan(CacheStore& store, const StepRequest& request) override;
   void run(CacheStore& store, const StepPlan& plan, std::uint32_t layer, const DLTensor& q,
            DLTensor& out) override;
 
  private:
-  void attend(CacheStore& store, const AttentionRequest& request, bool prefill);
-
   bool batch_invariant_;
 };
 

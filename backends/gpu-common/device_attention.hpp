@@ -18,14 +18,11 @@ struct DevicePlan;
 class DeviceAttention final : public Attention {
  public:
   explicit DeviceAttention(int device);
-  void decode(CacheStore& store, const AttentionRequest& request) override;
-  void prefill(CacheStore& store, const AttentionRequest& request) override;
   std::unique_ptr<StepPlan> plan(CacheStore& store, const StepRequest& request) override;
   void run(CacheStore& store, const StepPlan& plan, std::uint32_t layer, const DLTensor& q,
            DLTensor& out) override;
 
  private:
-  void attend(CacheStore& store, const AttentionRequest& request, bool prefill);
   std::unique_ptr<DevicePlan> make_plan(DeviceStore& store, paging::AttentionPlan slots,
                                         bool accumulate_scores, float scale) const;
   void run_layer(DeviceStore& store, const DevicePlan& plan, std::uint32_t layer, const DLTensor& q,

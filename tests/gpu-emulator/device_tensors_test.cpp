@@ -89,17 +89,16 @@ TEST(EmulatedDeviceTensors, DeviceTensorsAreUsedInPlaceWithTheSameResults) {
       qt = on_device(qt);
       ot = on_device(ot);
     }
-    AttentionRequest r;
     const std::vector<SeqId> ids{device ? b : a};
+    StepRequest r;
     r.sequences = ids;
-    r.q = &qt;
-    r.out = &ot;
     r.visible = {ranges, range_counts, 1, {}};
-    attention->decode(*store, r);
+    const std::unique_ptr<StepPlan> plan = attention->plan(*store, r);
+    attention->run(*store, *plan, 0, qt, ot);
     if (device) {  // and a float16 output written in place on the device
       ot.data = got16.data();
       ot.dtype = {kDLFloat, 16, 1};
-      attention->decode(*store, r);
+      attention->run(*store, *plan, 0, qt, ot);
     }
   }
   for (std::size_t i = 0; i < want.size(); ++i) {

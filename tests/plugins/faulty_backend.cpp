@@ -97,14 +97,6 @@ class FaultyAttention final : public Attention {
  public:
   explicit FaultyAttention(std::shared_ptr<Fault> fault) : fault_(std::move(fault)) {}
 
-  void decode(CacheStore& store, const AttentionRequest& request) override {
-    fault_->strike("decode");
-    inner_.decode(unwrap(store), request);
-  }
-  void prefill(CacheStore& store, const AttentionRequest& request) override {
-    fault_->strike("prefill");
-    inner_.prefill(unwrap(store), request);
-  }
   std::unique_ptr<StepPlan> plan(CacheStore& store, const StepRequest& request) override {
     fault_->strike("plan");
     return inner_.plan(unwrap(store), request);
@@ -112,7 +104,7 @@ class FaultyAttention final : public Attention {
   void run(CacheStore& store, const StepPlan& plan, std::uint32_t layer, const DLTensor& q,
            DLTensor& out) override {
     fault_->strike("run");
-    inner_.run(unwrap(store), plan, layer, q, out);  // not through decode or prefill above
+    inner_.run(unwrap(store), plan, layer, q, out);
   }
 
  private:

@@ -106,16 +106,18 @@ inline StoreSpec store_spec_of(const AttentionCase& c) {
   return spec;
 }
 
-// A decode (or, with query counts set after, prefill) request over `ids` with these tensors and
-// visible ranges.
-inline AttentionRequest request_for(std::span<const SeqId> ids, const DLTensor& q, DLTensor& out,
-                                    VisibleRanges visible) {
-  AttentionRequest request;
+// One layer of a step over `ids`, planned for this call: decode when query_counts is empty.
+inline void attend(Attention& attention, CacheStore& store, std::uint32_t layer,
+                   std::span<const SeqId> ids, std::span<const std::uint32_t> query_counts,
+                   VisibleRanges visible, bool accumulate_scores, const DLTensor& q,
+                   DLTensor& out) {
+  StepRequest request;
   request.sequences = ids;
-  request.q = &q;
-  request.out = &out;
+  request.query_counts = query_counts;
   request.visible = visible;
-  return request;
+  request.accumulate_scores = accumulate_scores;
+  const std::unique_ptr<StepPlan> plan = attention.plan(store, request);
+  attention.run(store, *plan, layer, q, out);
 }
 
 }  // namespace kvcache::conformance

@@ -113,7 +113,7 @@ TEST_P(AttentionOutputs, HalfPrecisionOutputsAndDenseMask) {
     DLTensor ot = host_tensor(reinterpret_cast<float*>(raw.data()), q_shape);
     ot.dtype = {static_cast<std::uint8_t>(code), static_cast<std::uint8_t>(bits), 1};
     const std::vector<SeqId> ids{id};
-    attention->decode(*store, request_for(ids, qt, ot, {ranges, counts, 2, {}}));
+    attend(*attention, *store, 0, ids, {}, {ranges, counts, 2, {}}, false, qt, ot);
     for (std::size_t e = 0; e < dense.size(); ++e) {
       float got;
       if (bits == 32) {
@@ -154,7 +154,7 @@ TEST_P(AttentionOutputs, WideGroupsMatchTheReference) {
   const std::vector<std::uint32_t> counts{1, 1};
   std::int64_t q_shape[3] = {2, 16, 32};
   DLTensor qt = host_tensor(q.data(), q_shape), ot = host_tensor(out.data(), q_shape);
-  attention->decode(*store, request_for(ids, qt, ot, {ranges, counts, 1, {}}));
+  attend(*attention, *store, 0, ids, {}, {ranges, counts, 1, {}}, false, qt, ot);
   for (std::size_t i = 0; i < ids.size(); ++i) {
     std::vector<Position> positions(lengths[i]);
     for (std::uint32_t t = 0; t < lengths[i]; ++t) positions[t] = t;
@@ -188,7 +188,7 @@ TEST_P(AttentionOutputs, RejectsMalformedRequests) {
                            std::uint32_t count, const std::string& message) {
     const std::vector<std::uint32_t> counts{count};
     try {
-      attention->decode(*store, request_for(ids, q_in, out_in, {ranges, counts, 2, {}}));
+      attend(*attention, *store, 0, ids, {}, {ranges, counts, 2, {}}, false, q_in, out_in);
       ADD_FAILURE() << backend << " accepted " << message;
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), Code::invalid_argument) << backend;
@@ -253,7 +253,7 @@ TEST_P(AttentionOutputs, QuantizedValuesUnderUniformAndPeakedWeights) {
       std::int64_t q_shape[3] = {1, 8, 128};
       DLTensor qt = host_tensor(q.data(), q_shape), ot = host_tensor(out.data(), q_shape);
       const std::vector<SeqId> ids{id};
-      attention->decode(*store, request_for(ids, qt, ot, {ranges, counts, 1, {}}));
+      attend(*attention, *store, 0, ids, {}, {ranges, counts, 1, {}}, false, qt, ot);
       reference::attention({8, 2, 128}, q, stored_k, stored_v, positions, ranges,
                            1.0f / std::sqrt(128.0f), want);
       std::vector<std::size_t> all(n);

@@ -109,7 +109,9 @@ class KVCACHE_API Cache {
                                 std::span<const std::uint32_t> new_tokens);
   [[nodiscard]] Step begin_step(SeqId sequence, std::uint32_t new_tokens = 1);
 
-  // The per-layer calls (each plans its own attention; a step plans once for all layers).
+  // The per-layer calls. Each decode or prefill is a step of one layer, planned for that call (a
+  // Step plans once for all layers); it attends over every reserved slot, so a layer's reserved
+  // tokens are all appended before its attention.
   // Room for tokens[i] more tokens in sequences[i]. When memory is short the eviction policy
   // chooses what goes, which may include sequences of this batch (then reported and skipped).
   // Throws CacheFull when it still does not fit.
@@ -120,7 +122,7 @@ class KVCACHE_API Cache {
   // One query per sequence at its newest token, under the configured mask.
   void decode(std::uint32_t layer, std::span<const SeqId> sequences, const DLTensor& q,
               DLTensor& out);
-  // counts[i] queries per sequence: its newest counts[i] tokens.
+  // counts[i] queries per sequence: its newest counts[i] reserved tokens.
   void prefill(std::uint32_t layer, std::span<const SeqId> sequences,
                std::span<const std::uint32_t> counts, const DLTensor& q, DLTensor& out);
   // After each model step: the policy's proactive hook (StreamingLLM windows, H2O budgets).

@@ -79,8 +79,8 @@ struct StoreInfo {
   std::uint32_t page_size = 0;
   std::uint64_t total_pages = 0;
   std::uint64_t page_bytes = 0;  // one page across all layers, K and V, scales included
-  StorageFormat k_format;
-  StorageFormat v_format;
+  TileLayout k_format;
+  TileLayout v_format;
 };
 
 struct StoreStats {
@@ -186,7 +186,7 @@ class CacheStore {
   // Slots of `layer` written so far.
   virtual std::uint64_t written(SeqId sequence, std::uint32_t layer) const = 0;
   virtual std::vector<Position> positions(SeqId sequence) const = 0;
-  // Accumulated attention weight of each held token (see AttentionRequest::accumulate_scores).
+  // Accumulated attention weight of each held token (see StepRequest::accumulate_scores).
   virtual std::vector<float> scores(SeqId sequence) const = 0;
 
   // Prefix cache. publish() offers the sequence's full pages, keyed by a hash chain over

@@ -1,5 +1,5 @@
-// The Cache facade's reads and its per-layer calls; open.cpp composes it, sequences.cpp and
-// eviction_driver.cpp change its sequences, step.cpp runs its steps.
+// The Cache facade's reads and its per-layer calls (steps of one layer); open.cpp composes it,
+// sequences.cpp and eviction_driver.cpp change its sequences, step.cpp runs its steps.
 #include "kvcache/cache.hpp"
 
 #include <algorithm>
@@ -87,16 +87,14 @@ void Cache::Impl::attend(std::uint32_t layer, std::span<const SeqId> ids,
   mark_used(ids);
   const Visible visible = visible_for(group, ids, counts);
   const std::vector<SeqId> own = group.own(ids);
-  AttentionRequest request;
-  request.layer = at.layer;
+  // A step of one layer: the one path every attention takes.
+  StepRequest request;
   request.sequences = own;
   request.query_counts = counts;
-  request.q = &q;
-  request.out = &out;
   request.visible = visible.view();
   request.accumulate_scores = wants_scores();
-  counts.empty() ? group.attention->decode(*group.kv, request)
-                 : group.attention->prefill(*group.kv, request);
+  const std::unique_ptr<StepPlan> plan = group.attention->plan(*group.kv, request);
+  group.attention->run(*group.kv, *plan, at.layer, q, out);
 }
 
 void Cache::append(std::uint32_t layer, std::span<const SeqId> ids,

@@ -35,11 +35,13 @@ std::uint64_t lower_slot(const PageBook& book, const PageBook::Sequence& s, std:
   return lo;
 }
 
-// The slot spans of every query. `slots(s)`: the slots of sequence s attended over.
-template <class Slots>
-AttentionPlan plan_spans(const PageBook& book, std::span<const SeqId> sequences,
-                         std::span<const std::uint32_t> query_counts, const VisibleRanges& v,
-                         Slots&& slots) {
+}  // namespace
+
+// The slot spans of every query, over each sequence's reserved slots.
+AttentionPlan plan_step(const PageBook& book, const StepRequest& request) {
+  const std::span<const SeqId> sequences = request.sequences;
+  const std::span<const std::uint32_t> query_counts = request.query_counts;
+  const VisibleRanges& v = request.visible;
   const bool prefill = !query_counts.empty();
   if (prefill && query_counts.size() != sequences.size())
     throw Error(Code::invalid_argument, "one query count per sequence");
@@ -48,12 +50,12 @@ AttentionPlan plan_spans(const PageBook& book, std::span<const SeqId> sequences,
   for (std::size_t i = 0; i < sequences.size(); ++i) {
     const PageBook::Sequence& s = book.find(sequences[i]);
     plan.shapes.push_back(s.shape);
-    plan.written.push_back(slots(s));
+    plan.written.push_back(s.length);
     const std::uint32_t n = prefill ? query_counts[i] : 1;
     if (n > plan.written.back())
       throw Error(Code::invalid_argument, "sequence " + std::to_string(sequences[i]) +
                                               " has only " + std::to_string(plan.written.back()) +
-                                              " written slots for " + std::to_string(n) +
+                                              " reserved slots for " + std::to_string(n) +
                                               (n == 1 ? " query" : " queries"));
     plan.query_sequence.insert(plan.query_sequence.end(), n, i);
   }
@@ -110,41 +112,21 @@ AttentionPlan plan_spans(const PageBook& book, std::span<const SeqId> sequences,
   return plan;
 }
 
-}  // namespace
-
-AttentionPlan plan_attention(const PageBook& book, const AttentionRequest& r, bool prefill) {
-  if (prefill != !r.query_counts.empty())
-    throw Error(Code::invalid_argument,
-                prefill ? "prefill needs query_counts" : "decode takes no query_counts");
-  book.check_layer(r.layer);
-  AttentionPlan plan = plan_spans(book, r.sequences, r.query_counts, r.visible,
-                                  [&](const PageBook::Sequence& s) { return s.written[r.layer]; });
-  const ModelShape& m = book.spec().model;
-  check_shape(r.q, "q", plan.queries, m);
-  check_shape(r.out, "out", plan.queries, m);
-  return plan;
-}
-
-AttentionPlan plan_step(const PageBook& book, const StepRequest& r) {
-  return plan_spans(book, r.sequences, r.query_counts, r.visible,
-                    [](const PageBook::Sequence& s) { return s.length; });
-}
-
 void check_step_layer(const PageBook& book, const AttentionPlan& plan, std::uint32_t layer,
                       const DLTensor& q, const DLTensor& out) {
-  for (std::size_t i = 0; i < plan.sequences.size(); ++i)
-    if (!book.contains(plan.sequences[i]) || book.find(plan.sequences[i]).shape != plan.shapes[i])
+  book.check_layer(layer);
+  for (std::size_t i = 0; i < plan.sequences.size(); ++i) {  // one lookup a sequence
+    const SeqId id = plan.sequences[i];
+    const PageBook::Sequence* s = book.find_if(id);
+    if (s == nullptr || s->shape != plan.shapes[i])
       throw Error(Code::invalid_argument,
-                  "the step's plan is stale: sequence " + std::to_string(plan.sequences[i]) +
+                  "the step's plan is stale: sequence " + std::to_string(id) +
                       " changed shape since it was made (reserve, drop, release or prefix "
                       "match); plan the step again");
-  book.check_layer(layer);
-  for (std::size_t i = 0; i < plan.sequences.size(); ++i) {
-    const std::uint64_t written = book.find(plan.sequences[i]).written[layer];
-    if (written != plan.written[i])
+    if (s->written[layer] != plan.written[i])
       throw Error(Code::invalid_argument,
-                  "layer " + std::to_string(layer) + " of sequence " +
-                      std::to_string(plan.sequences[i]) + " has " + std::to_string(written) +
+                  "layer " + std::to_string(layer) + " of sequence " + std::to_string(id) +
+                      " has " + std::to_string(s->written[layer]) +
                       " written slots, the step planned for " + std::to_string(plan.written[i]) +
                       ": append the layer before its attention");
   }

@@ -1,3 +1,5 @@
+#include <vector>
+
 #include "kvcache/attention.hpp"
 
 #include "plugin/adapters.hpp"
@@ -21,6 +23,61 @@ class HostPlan final : public StepPlan {
   void* handle_;
 };
 
+// What a plugin older than ABI 1.4 (per-layer decode and prefill, no plan) is given for a step:
+// the request, copied, which each layer's run passes to its decode or prefill.
+class PerLayerPlan final : public StepPlan {
+ public:
+  explicit PerLayerPlan(const StepRequest& r)
+      : sequences_(r.sequences.begin(), r.sequences.end()),
+        query_counts_(r.query_counts.begin(), r.query_counts.end()),
+        ranges_(r.visible.ranges.begin(), r.visible.ranges.end()),
+        range_counts_(r.visible.counts.begin(), r.visible.counts.end()),
+        max_ranges_(r.visible.max_ranges),
+        cos_sin_(r.visible.rotations.cos_sin.begin(), r.visible.rotations.cos_sin.end()),
+        range_rotation_(r.visible.rotations.range_rotation.begin(),
+                        r.visible.rotations.range_rotation.end()),
+        rotation_{
+            sizeof(kvc_query_rotation),      static_cast<std::uint32_t>(r.visible.rotations.style),
+            r.visible.rotations.rotary_dims, 0,
+            r.visible.rotations.count(),     cos_sin_.data(),
+            range_rotation_.data()},
+        scale_(r.scale),
+        accumulate_scores_(r.accumulate_scores) {}
+  PerLayerPlan(const PerLayerPlan&) = delete;  // rotation_ points into its own members
+  PerLayerPlan& operator=(const PerLayerPlan&) = delete;
+
+  kvc_attention_args args(std::uint32_t layer, const DLTensor& q, DLTensor& out) const {
+    return {sizeof(kvc_attention_args),
+            layer,
+            sequences_.data(),
+            sequences_.size(),
+            query_counts_.empty() ? nullptr : query_counts_.data(),
+            &q,
+            &out,
+            reinterpret_cast<const kvc_range*>(ranges_.data()),
+            range_counts_.data(),
+            range_counts_.size(),
+            max_ranges_,
+            scale_,
+            accumulate_scores_ ? 1u : 0u,
+            0,
+            range_rotation_.empty() ? nullptr : &rotation_};
+  }
+  bool prefill() const { return !query_counts_.empty(); }
+
+ private:
+  std::vector<SeqId> sequences_;
+  std::vector<std::uint32_t> query_counts_;
+  std::vector<PositionRange> ranges_;
+  std::vector<std::uint32_t> range_counts_;
+  std::uint32_t max_ranges_;
+  std::vector<float> cos_sin_;
+  std::vector<std::uint32_t> range_rotation_;
+  kvc_query_rotation rotation_;
+  float scale_;
+  bool accumulate_scores_;
+};
+
 class HostAttention final : public Attention {
  public:
   HostAttention(std::unique_ptr<PluginInstance<kvc_attention_table>> instance, bool rotates_queries)
@@ -29,18 +86,11 @@ class HostAttention final : public Attention {
                a_->has(&kvc_attention_table::destroy_plan)),
         rotates_queries_(rotates_queries) {}
 
-  void decode(CacheStore& store, const AttentionRequest& request) override {
-    call(&kvc_attention_table::decode, store, request);
-  }
-  void prefill(CacheStore& store, const AttentionRequest& request) override {
-    call(&kvc_attention_table::prefill, store, request);
-  }
-
-  // A plugin of ABI 1.4 plans the step itself; an older one gets the default plan, which runs
-  // its per-layer decode or prefill for each layer.
+  // A plugin of ABI 1.4 plans the step itself; an older one gets a copy of the request, and each
+  // layer runs its per-layer decode or prefill.
   std::unique_ptr<StepPlan> plan(CacheStore& store, const StepRequest& r) override {
-    if (!plans_) return Attention::plan(store, r);
     check(r.sequences.size(), r.query_counts.size(), r.visible);
+    if (!plans_) return std::make_unique<PerLayerPlan>(r);
     const kvc_query_rotation rotations = rotations_of(r.visible.rotations);
     const kvc_step_args args{sizeof(kvc_step_args),
                              r.accumulate_scores ? 1u : 0u,
@@ -66,12 +116,17 @@ class HostAttention final : public Attention {
 
   void run(CacheStore& store, const StepPlan& plan, std::uint32_t layer, const DLTensor& q,
            DLTensor& out) override {
+    void* kv = store_handle(store, *a_->library());
+    if (const auto* copy = dynamic_cast<const PerLayerPlan*>(&plan); copy != nullptr && !plans_) {
+      const kvc_attention_args args = copy->args(layer, q, out);
+      a_->call(copy->prefill() ? &kvc_attention_table::prefill : &kvc_attention_table::decode, kv,
+               &args);
+      return;
+    }
     const auto* made = dynamic_cast<const HostPlan*>(&plan);
-    if (made == nullptr) return Attention::run(store, plan, layer, q, out);
-    if (&made->attention() != a_.get())
+    if (made == nullptr || &made->attention() != a_.get())
       throw Error(Code::invalid_argument, a_->who() + ": the plan is another attention's");
-    a_->call(&kvc_attention_table::run, store_handle(store, *a_->library()), made->handle(), layer,
-             &q, &out);
+    a_->call(&kvc_attention_table::run, kv, made->handle(), layer, &q, &out);
   }
 
  private:
@@ -105,32 +160,6 @@ class HostAttention final : public Attention {
             r.count(),
             r.cos_sin.data(),
             r.range_rotation.data()};
-  }
-
-  template <class Fn>
-  void call(Fn kvc_attention_table::*fn, CacheStore& store, const AttentionRequest& r) {
-    if (r.q == nullptr || r.out == nullptr)
-      throw Error(Code::invalid_argument, a_->who() + ": q and out are required");
-    check(r.sequences.size(), r.query_counts.size(), r.visible);
-    const bool prefill = !r.query_counts.empty();
-    const kvc_query_rotation rotations = rotations_of(r.visible.rotations);
-    const kvc_attention_args args{sizeof(kvc_attention_args),
-                                  r.layer,
-                                  r.sequences.data(),
-                                  r.sequences.size(),
-                                  prefill ? r.query_counts.data() : nullptr,
-                                  r.q,
-                                  r.out,
-                                  reinterpret_cast<const kvc_range*>(r.visible.ranges.data()),
-                                  r.visible.counts.data(),
-                                  r.visible.counts.size(),
-                                  r.visible.max_ranges,
-                                  r.scale,
-                                  r.accumulate_scores ? 1u : 0u,
-                                  0,
-                                  r.visible.rotations.empty() ? nullptr : &rotations};
-    void* handle = store_handle(store, *a_->library());
-    a_->call(fn, handle, &args);
   }
 
   std::unique_ptr<PluginInstance<kvc_attention_table>> a_;

@@ -20,8 +20,8 @@ struct AttentionPlan {
   std::uint64_t queries = 0;
   std::vector<SeqId> sequences;
   std::vector<std::size_t> query_sequence;  // index into sequences, per query
-  // Per sequence: the slots attended over, the written slots of the layer (a step's plan: the
-  // reserved slots, which every layer must have written when it runs).
+  // Per sequence: the slots attended over, its reserved slots, which every layer must have written
+  // when it runs.
   std::vector<std::uint64_t> written;
   std::vector<std::uint64_t> shapes;  // per sequence: its Sequence::shape when planned
   // Per query: its visible slots, ascending and non-empty.
@@ -40,19 +40,16 @@ struct AttentionPlan {
   }
 };
 
-// Throws Error(invalid_argument) naming what is wrong: decode with query counts or prefill
-// without, a prefill with more queries than written slots, visible ranges that do not match the
-// queries (or of a query, more than max_ranges, or ranges that overlap or do not ascend), a layer
-// out of range, missing q or out, or a q/out shape other than [queries, q_heads, head_dim]
-// (row-major; dtype and device are the backend's to check).
-AttentionPlan plan_attention(const PageBook& book, const AttentionRequest& request, bool prefill);
-
-// A step's plan, for every layer: the same checks but of the tensors, over the reserved slots.
+// A step's plan, for every layer, over the reserved slots. Throws Error(invalid_argument) naming
+// what is wrong: query counts that are not one per sequence, a sequence with fewer reserved slots
+// than queries, visible ranges that do not match the queries (or of a query, more than
+// max_ranges, or ranges that overlap or do not ascend) or query rotations that do not fit.
 AttentionPlan plan_step(const PageBook& book, const StepRequest& request);
 // Before a layer runs on a step's plan: Error(invalid_argument) when one of its sequences changed
-// shape or was released since it was planned (other sequences may change freely), or a sequence's
-// `layer` has fewer written slots than it planned for (attention before append); and the q and out
-// shapes of plan_attention.
+// shape or was released since it was planned (other sequences may change freely), a layer out of
+// range, a sequence's `layer` with fewer written slots than it planned for (attention before
+// append), or q or out missing or not [queries, q_heads, head_dim] row-major (their dtype and
+// memory are the backend's to check).
 void check_step_layer(const PageBook& book, const AttentionPlan& plan, std::uint32_t layer,
                       const DLTensor& q, const DLTensor& out);
 

@@ -160,6 +160,11 @@ class PageBook {
 
   // Whether `id` is a live sequence.
   bool contains(SeqId id) const { return sequences_.contains(id); }
+  // The sequence, or null when there is none.
+  const Sequence* find_if(SeqId id) const {
+    const auto it = sequences_.find(id);
+    return it == sequences_.end() ? nullptr : &it->second;
+  }
 
   Sequence& find(SeqId id);
   const Sequence& find(SeqId id) const;

@@ -1,5 +1,6 @@
 // The C table of every Attention a plugin makes: one table, dispatching through the virtual
-// interface. The store handle it receives is one the same plugin made.
+// interface (plan a step, run it per layer). The store handle it receives is one the same plugin
+// made.
 #pragma once
 
 #include <cstddef>
@@ -7,7 +8,7 @@
 
 #include "kvcache/attention.hpp"
 #include "kvcache/plugin_abi.h"
-#include "kvcache/sdk/guard.hpp"
+#include "kvcache/sdk/detail/guard.hpp"
 
 namespace kvcache::sdk::detail {
 
@@ -31,14 +32,14 @@ struct AttentionThunks {
                    std::span<const std::uint32_t>(r.range_rotation, v.ranges.size())};
     return v;
   }
-  static AttentionRequest request(const kvc_attention_args& a) {
-    AttentionRequest r;
-    r.layer = a.layer;
+  // The step a host's args describe (a per-layer call's args name one layer more, and its q and
+  // out).
+  template <class Args>
+  static StepRequest step_request(const Args& a) {
+    StepRequest r;
     r.sequences = std::span<const SeqId>(a.sequences, a.n_sequences);
     if (a.query_counts != nullptr)
       r.query_counts = std::span<const std::uint32_t>(a.query_counts, a.n_sequences);
-    r.q = a.q;
-    r.out = a.out;
     r.visible = visible(a);
     r.scale = a.scale;
     r.accumulate_scores = a.accumulate_scores != 0;
@@ -48,22 +49,14 @@ struct AttentionThunks {
   static CacheStore& store(void* s) { return *static_cast<CacheStore*>(s); }
 
   static void destroy(void* a) noexcept { delete static_cast<Attention*>(a); }
-  static int32_t decode(void* a, void* s, const kvc_attention_args* args, kvc_error* err) noexcept {
-    return guard(err, [&] { self(a).decode(store(s), request(*args)); });
-  }
-  static int32_t prefill(void* a, void* s, const kvc_attention_args* args,
-                         kvc_error* err) noexcept {
-    return guard(err, [&] { self(a).prefill(store(s), request(*args)); });
-  }
-  static StepRequest step_request(const kvc_step_args& a) {
-    StepRequest r;
-    r.sequences = std::span<const SeqId>(a.sequences, a.n_sequences);
-    if (a.query_counts != nullptr)
-      r.query_counts = std::span<const std::uint32_t>(a.query_counts, a.n_sequences);
-    r.visible = visible(a);
-    r.scale = a.scale;
-    r.accumulate_scores = a.accumulate_scores != 0;
-    return r;
+  // A host before ABI 1.4 calls decode and prefill per layer: each is a step of one layer.
+  static int32_t attend(void* a, void* s, const kvc_attention_args* args, kvc_error* err) noexcept {
+    return guard(err, [&] {
+      if (args->q == nullptr || args->out == nullptr)
+        throw Error(Code::invalid_argument, "q and out are required");
+      const auto plan = self(a).plan(store(s), step_request(*args));
+      self(a).run(store(s), *plan, args->layer, *args->q, *args->out);
+    });
   }
   static int32_t plan(void* a, void* s, const kvc_step_args* args, void** out,
                       kvc_error* err) noexcept {
@@ -79,7 +72,7 @@ struct AttentionThunks {
   }
   static void destroy_plan(void*, void* plan) noexcept { delete static_cast<StepPlan*>(plan); }
   static constexpr kvc_attention_table table{
-      sizeof(kvc_attention_table), &destroy, &decode, &prefill, &plan, &run, &destroy_plan};
+      sizeof(kvc_attention_table), &destroy, &attend, &attend, &plan, &run, &destroy_plan};
 };
 
 }  // namespace kvcache::sdk::detail
