@@ -1,5 +1,7 @@
 #include "cpu_attention.hpp"
 
+#include <optional>
+
 #include <tbb/task_arena.h>
 
 #include "input_rows.hpp"
@@ -9,6 +11,7 @@
 #include "paged_store.hpp"
 #include "pair_merge.hpp"
 #include "score_pass.hpp"
+#include "step_kernels.hpp"
 #include "work_schedule.hpp"
 
 namespace kvcache::cpu {
@@ -24,12 +27,14 @@ void check_out(const DLTensor& out) {
     throw Error(Code::invalid_argument, "out must be a host float32/float16/bfloat16 tensor");
 }
 
-// A step's plan on cpu-tbb: the slots every query sees and the work schedule, for each layer.
+// A step's plan on cpu-tbb: the slots every query sees, the work schedule and what the kernels
+// need of the step, for each layer.
 struct CpuPlan final : StepPlan {
   const PagedStore* store = nullptr;  // the plan's: another store's sequences are others
   paging::AttentionPlan slots;
   HeadGroups heads;  // the kernel heads the schedule is for
   WorkSchedule schedule;
+  std::optional<StepKernels> step;
   bool accumulate_scores = false;
   float scale = 0.0f;
 };
@@ -41,10 +46,11 @@ PagedStore& cpu_store(CacheStore& base) {
   return *store;
 }
 
-CpuPlan make_plan(const PagedStore& store, paging::AttentionPlan slots, bool prefill,
-                  bool accumulate_scores, float scale, bool batch_invariant) {
+std::unique_ptr<CpuPlan> make_plan(PagedStore& store, paging::AttentionPlan slots, bool prefill,
+                                   bool accumulate_scores, float scale, bool batch_invariant) {
   const ModelShape& model = store.spec().model;
-  CpuPlan plan;
+  auto made = std::make_unique<CpuPlan>();
+  CpuPlan& plan = *made;
   plan.store = &store;
   plan.accumulate_scores = accumulate_scores;
   plan.scale = scale;
@@ -54,7 +60,9 @@ CpuPlan make_plan(const PagedStore& store, paging::AttentionPlan slots, bool pre
                             static_cast<std::uint64_t>(tbb::this_task_arena::max_concurrency()),
                             prefill && !accumulate_scores, batch_invariant});
   plan.slots = std::move(slots);
-  return plan;
+  if (plan.slots.queries > 0)  // a prefill of no queries runs nothing
+    plan.step.emplace(store, plan.slots, plan.heads, plan.schedule, accumulate_scores);
+  return made;
 }
 
 // One layer on a plan, under the store's shared lock, as FlashInfer's stages: the schedule
@@ -66,8 +74,7 @@ void run_layer(PagedStore& store, const CpuPlan& plan, std::uint32_t layer, cons
   const InputRows q_rows(q, plan.slots.queries, model.q_heads, model.head_dim, "q");
   check_out(out);
   if (plan.slots.queries == 0) return;  // a prefill of no queries: nothing to write
-  LayerRun run(store, plan.slots, plan.heads, plan.schedule, layer, q_rows, plan.scale,
-               plan.accumulate_scores);
+  LayerRun run(store, plan.slots, plan.heads, plan.schedule, *plan.step, layer, q_rows, plan.scale);
   PairMerge merge(run, out);
   merge.finish_unseen();
   run.for_each_item(
@@ -77,28 +84,11 @@ void run_layer(PagedStore& store, const CpuPlan& plan, std::uint32_t layer, cons
 
 }  // namespace
 
-void CpuAttention::decode(CacheStore& base, const AttentionRequest& request) {
-  attend(base, request, false);
-}
-void CpuAttention::prefill(CacheStore& base, const AttentionRequest& request) {
-  attend(base, request, true);
-}
-
-void CpuAttention::attend(CacheStore& base, const AttentionRequest& request, bool prefill) {
-  PagedStore& store = cpu_store(base);
-  const auto lock = store.lock_shared();
-  const CpuPlan plan =
-      make_plan(store, paging::plan_attention(store.book(), request, prefill), prefill,
-                request.accumulate_scores, request.scale, batch_invariant_);
-  run_layer(store, plan, request.layer, *request.q, *request.out);
-}
-
 std::unique_ptr<StepPlan> CpuAttention::plan(CacheStore& base, const StepRequest& request) {
   PagedStore& store = cpu_store(base);
   const auto lock = store.lock_shared();
-  return std::make_unique<CpuPlan>(
-      make_plan(store, paging::plan_step(store.book(), request), !request.query_counts.empty(),
-                request.accumulate_scores, request.scale, batch_invariant_));
+  return make_plan(store, paging::plan_step(store.book(), request), !request.query_counts.empty(),
+                   request.accumulate_scores, request.scale, batch_invariant_);
 }
 
 void CpuAttention::run(CacheStore& base, const StepPlan& step, std::uint32_t layer,

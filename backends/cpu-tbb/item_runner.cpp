@@ -12,7 +12,7 @@ void run_item(const LayerRun& run, std::size_t it, const TaskBuffers& buffers, P
   const Item& item = run.schedule.items[it];
   const std::uint32_t group = run.group, dim = run.dim;
   SoftmaxState& state = merge.start(it);
-  const BlockAttention& kernels = run.kernels[std::countr_zero(item.width)];
+  const BlockAttention& kernels = run.step.kernels[std::countr_zero(item.width)];
   const std::size_t pair = item.query * run.kv_heads + item.kv_head;
   const float* qg = run.query(pair);
   const QuantizedQuery* qq = run.quantized(pair);
@@ -37,7 +37,7 @@ void run_item(const LayerRun& run, std::size_t it, const TaskBuffers& buffers, P
   PendingValues pending;
   if (kernels.keys() != RowFormat::float32 && kernels.values() != RowFormat::float32) {
     // Both sides read in place: the kernels walk the pages themselves.
-    const auto& view = run.views[run.slots.query_sequence[item.query]];
+    const PagedStore::SequencePages& view = run.step.pages[run.slots.query_sequence[item.query]];
     BlockAttention::PageRun pages{run.tiles(item.kv_head, false),
                                   run.tiles(item.kv_head, true),
                                   run.kc.layout().tile_bytes,
@@ -48,7 +48,7 @@ void run_item(const LayerRun& run, std::size_t it, const TaskBuffers& buffers, P
                                   run.page,
                                   0,
                                   0,
-                                  run.ahead_pages};
+                                  run.step.ahead_pages};
     for (std::size_t i = item.first; i < item.end; ++i) {
       const Segment& segment = run.schedule.segments[i];
       pages.begin = segment.begin;

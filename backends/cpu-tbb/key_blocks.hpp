@@ -16,7 +16,8 @@ template <class Body>
 void for_each_block(const LayerRun& run, const Item& item, const TaskBuffers& buffers,
                     RowFormat keys, RowFormat values, bool with_values, Body&& body) {
   const std::size_t seq = run.slots.query_sequence[item.query];
-  const auto& view = run.views[seq];
+  const PagedStore::SequencePages& view = run.step.pages[seq];
+  const std::uint64_t written = run.slots.written[seq];
   const std::uint32_t page = run.page, dim = run.dim, kv_head = item.kv_head / run.hg.parts;
   // This head's K and V tiles (the store's members are read once, not at every page past the
   // opaque kernel calls).
@@ -31,7 +32,7 @@ void for_each_block(const LayerRun& run, const Item& item, const TaskBuffers& bu
       const PageId p = view.pages[index];
       const auto n = static_cast<std::uint32_t>(e - b);
       // The tiles `ahead_pages` ahead start arriving now (the nearer ones are on their way).
-      const std::uint64_t ahead_index = index + run.ahead_pages;
+      const std::uint64_t ahead_index = index + run.step.ahead_pages;
       RowBlock blocks[2];
       for (const bool value : {false, true}) {
         if (value && !with_values) continue;
@@ -53,8 +54,8 @@ void for_each_block(const LayerRun& run, const Item& item, const TaskBuffers& bu
         blocks[value] = {RowFormat::float32, rows};
         // Slots of a token group still being filled wait in the residual, not in the page.
         const std::uint64_t complete = codec.spec().groups_tokens()
-                                           ? view.written / codec.spec().group * codec.spec().group
-                                           : view.written;
+                                           ? written / codec.spec().group * codec.spec().group
+                                           : written;
         const std::uint64_t split = std::clamp(complete, b, e);
         if (split > b)
           codec.decode_rows(tile, first, static_cast<std::uint32_t>(split - b), rows, ahead,

@@ -1,8 +1,8 @@
-// One layer of cpu-tbb attention on a step's plan: what every stage of it reads. The kernel heads
-// (head_groups.hpp), the queries scaled for a base-2 softmax (and quantized for integer keys), the
-// kernels of each tile width, the sequences' pages, how far ahead the tiles are asked for, and the
-// arena the layer's buffers come from. Stages: the items run (item_runner), their partial states
-// merge (pair_merge), the score pass (score_pass).
+// One layer of cpu-tbb attention on a step's plan: what every stage of it reads. The step's own
+// part (step_kernels.hpp: the kernels of each tile width, the sequences' pages, how far ahead the
+// tiles are asked for) and the layer's: the queries scaled for a base-2 softmax (and quantized for
+// integer keys) in the arena the layer's buffers come from. Stages: the items run (item_runner),
+// their partial states merge (pair_merge), the score pass (score_pass).
 #pragma once
 
 #include <cstddef>
@@ -18,6 +18,7 @@
 #include "input_rows.hpp"
 #include "kvcache/paging/attention_plan.hpp"
 #include "paged_store.hpp"
+#include "step_kernels.hpp"
 #include "work_schedule.hpp"
 
 namespace kvcache::cpu {
@@ -34,29 +35,26 @@ struct TaskBuffers {
 class LayerRun {
  public:
   // q: [queries, q_heads, head_dim] (checked by the plan); scale 0: 1 / sqrt(head_dim).
-  // heads: the kernel heads `schedule` was made for.
+  // heads: the kernel heads `schedule` and `step` were made for.
   LayerRun(PagedStore& store, const paging::AttentionPlan& slots, const HeadGroups& heads,
-           const WorkSchedule& schedule, std::uint32_t layer, const InputRows& q, float scale,
-           bool accumulate_scores);
+           const WorkSchedule& schedule, const StepKernels& step, std::uint32_t layer,
+           const InputRows& q, float scale);
   LayerRun(const LayerRun&) = delete;
   LayerRun& operator=(const LayerRun&) = delete;
 
   PagedStore& store;
   const paging::AttentionPlan& slots;
   const WorkSchedule& schedule;
+  const StepKernels& step;
   const std::uint32_t layer;
-  const bool scores;  // accumulated: the float path, exact logits
   const HeadGroups hg;
   // `kv_heads` kernel heads of `group` query heads each; kernel head h reads the K and V of the
   // model's KV head h / hg.parts.
   const std::uint32_t kv_heads, group, dim, page;
   const std::uint64_t pairs;  // queries x kernel heads
   std::pmr::monotonic_buffer_resource arena;
-  std::pmr::vector<PagedStore::LayerView> views;  // per sequence
   const SlotCodec& kc;
   const SlotCodec& vc;
-  std::pmr::vector<BlockAttention> kernels;  // per tile width 1, 2, 4, ... (index log2 of it)
-  std::uint64_t ahead_pages = 2;             // tiles asked for ahead of the rows being read
 
   // A pair's query heads, [group][dim], turned by `rotation` (+ 1; 0: as given), and their
   // quantized form (int8 and int4 keys).
@@ -87,7 +85,6 @@ class LayerRun {
   float* turned_ = nullptr;
   std::size_t rotations_ = 0;
   std::pmr::vector<QuantizedQuery> q8_;  // per pair, then per rotation and kernel head
-  bool float_rows_ = false;              // some kernels read rows decoded to float32
 };
 
 // Work (key slots times queries, over the KV heads) below which a call runs on the calling
@@ -97,8 +94,8 @@ inline constexpr std::uint64_t kParallelWork = 1024;
 template <class Body>
 void LayerRun::for_each_item(Body&& body) const {
   const auto run_range = [&](const tbb::blocked_range<std::size_t>& range) {
-    std::vector<float> k(float_rows_ ? std::size_t{page} * dim : 0), v(k.size()),
-        logits(float_rows_ ? std::size_t{group} * schedule.max_width * page : 0), row(dim);
+    std::vector<float> k(step.float_rows ? std::size_t{page} * dim : 0), v(k.size()),
+        logits(step.float_rows ? std::size_t{group} * schedule.max_width * page : 0), row(dim);
     TaskBuffers buffers{k.data(), v.data(), logits.data(), row.data()};
     for (std::size_t it = range.begin(); it != range.end(); ++it) body(it, buffers);
   };

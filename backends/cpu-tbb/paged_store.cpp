@@ -88,7 +88,7 @@ void PagedStore::poison(PageId page, std::uint32_t from_slot) {
   for (std::uint32_t layer = 0; layer < spec().model.layers; ++layer) {
     for (std::uint32_t h = 0; h < spec().model.kv_heads; ++h) {
       for (const bool value : {false, true}) {
-        const StorageFormat& f = codec(value).layout();
+        const TileLayout& f = codec(value).layout();
         std::byte* t = tile(page, layer, h, value);
         if (from_slot == 0) {  // the whole tile, group meta included
           std::memset(t, 0xFF, f.tile_bytes);
@@ -277,10 +277,9 @@ void PagedStore::append(std::uint32_t layer, std::span<const SeqId> ids,
   for (std::size_t i = 0; i < seqs.size(); ++i) seqs[i]->written[layer] += counts[i];
 }
 
-PagedStore::LayerView PagedStore::view(SeqId id, std::uint32_t layer) {
+PagedStore::SequencePages PagedStore::sequence_pages(SeqId id) {
   Sequence& s = find(id);
-  book_.check_layer(layer);
-  return {s.pages.data(), s.written[layer], s.scores.data()};
+  return {s.pages.data(), s.scores.data()};
 }
 
 void PagedStore::gather(std::uint32_t layer, SeqId id, DLTensor& k, DLTensor& v) const {

@@ -33,14 +33,14 @@ class PagedStore final : public paging::PagedStoreBase {
   std::vector<std::byte> read_tile(std::uint32_t page, std::uint32_t layer, std::uint32_t kv_head,
                                    bool value) const override;
 
-  // What attention kernels read, valid while `lock_shared()` is held.
-  struct LayerView {
+  // A sequence's pages and per-slot scores as attention kernels read them: valid while
+  // `lock_shared()` is held and the sequence keeps its shape (a step's plan keeps them).
+  struct SequencePages {
     const PageId* pages = nullptr;
-    std::uint64_t written = 0;  // slots of the layer that hold K and V
-    float* scores = nullptr;    // the sequence's per-slot scores (add with atomic_ref)
+    float* scores = nullptr;  // add with atomic_ref
   };
   std::shared_lock<std::shared_mutex> lock_shared() const { return std::shared_lock(mutex_); }
-  LayerView view(SeqId sequence, std::uint32_t layer);
+  SequencePages sequence_pages(SeqId sequence);
   const SlotCodec& codec(bool value) const { return value ? v_codec_ : k_codec_; }
   // The tile of page p of a (layer, head) is at head_tiles(...) + p x the tile's bytes: a walk
   // over a sequence's pages computes its base once.

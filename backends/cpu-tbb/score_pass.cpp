@@ -20,7 +20,7 @@ void add_scores(const LayerRun& run, const PairMerge& merge) {
             std::uint32_t rotation) {
           block_logits(run.query(pair, item.width == 1 ? rotation : 0), group, run.dim, buffers.k,
                        n, buffers.logits);
-          float* scores = run.views[run.slots.query_sequence[item.query]].scores;
+          float* scores = run.step.pages[run.slots.query_sequence[item.query]].scores;
           for (std::uint32_t j = 0; j < n; ++j) {
             float weight = 0.0f;
             for (std::uint32_t g = 0; g < real_heads; ++g)
