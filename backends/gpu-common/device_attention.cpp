@@ -51,6 +51,147 @@ DeviceStore& device_store(CacheStore& base) {
   return *store;
 }
 
+// Formats that group tokens: per query and K/V, the first slot whose row waits in the residual
+// and where its sequence's rows of `layer` start in `rows` (fp16, the group being filled).
+struct HeldRows {
+  std::vector<std::uint64_t> from, offset;
+  std::vector<std::uint16_t> rows;
+};
+
+HeldRows held_rows(const paging::PageBook& book, const paging::AttentionPlan& plan,
+                   std::uint32_t layer) {
+  HeldRows held;
+  std::vector<std::uint64_t> sequence_residual;
+  const std::uint32_t kv_heads = book.spec().model.kv_heads, dim = book.spec().model.head_dim;
+  for (std::size_t i = 0; i < plan.sequences.size(); ++i) {
+    const auto& s = book.find(plan.sequences[i]);
+    for (const bool value : {false, true}) {
+      const std::uint32_t g = book.token_group(value);
+      const std::uint64_t slice = std::uint64_t{kv_heads} * g * dim;
+      sequence_residual.push_back(held.rows.size());
+      if (g == 0) continue;
+      // The rows of the group being filled: the book's half of that group's parity.
+      const std::uint64_t parity = book.held_from(s, layer, value) / g % 2;
+      const std::vector<std::uint16_t>& rows = value ? s.residual_v : s.residual_k;
+      const auto first = rows.begin() + static_cast<std::ptrdiff_t>(
+                                            (parity * book.spec().model.layers + layer) * slice);
+      held.rows.insert(held.rows.end(), first, first + static_cast<std::ptrdiff_t>(slice));
+    }
+  }
+  for (std::uint64_t i = 0; i < plan.queries; ++i) {
+    for (const bool value : {false, true}) {
+      const std::size_t seq = plan.query_sequence[i];
+      held.from.push_back(book.token_group(value) == 0
+                              ? ~std::uint64_t{0}
+                              : book.held_from(book.find(plan.sequences[seq]), layer, value));
+      held.offset.push_back(sequence_residual[2 * seq + value]);
+    }
+  }
+  return held;
+}
+
+// Scores live with the book on the host, where eviction policies read them: what a layer added.
+void add_scores(paging::PageBook& book, const paging::AttentionPlan& plan,
+                const std::vector<std::uint64_t>& sequence_scores,
+                const std::vector<float>& added) {
+  for (std::size_t i = 0; i < plan.sequences.size(); ++i) {
+    auto& s = book.find(plan.sequences[i]);
+    for (std::uint64_t slot = 0; slot < plan.written[i]; ++slot)
+      s.scores[slot] += added[sequence_scores[i] + slot];
+  }
+}
+
+// A plan's work items, in merge units (query, KV head, head chunk), each unit's first item, and
+// the query each rotation turns.
+struct WorkItems {
+  std::vector<WorkItem> items;
+  std::vector<std::uint32_t> first_item;
+  std::vector<std::uint32_t> rotation_query;
+};
+
+WorkItems work_items(const paging::AttentionPlan& plan, std::uint32_t kv_heads, std::uint32_t group,
+                     std::uint64_t splits) {
+  // An item turns its query one way throughout: a query's visible slots are cut where the
+  // spans' rotations change, [begin, end) of its visible indices each.
+  struct Run {
+    std::uint64_t begin, end;
+    std::uint32_t rotation;
+  };
+  WorkItems w;
+  std::vector<WorkItem>& items = w.items;
+  std::vector<std::uint32_t>& first_item = w.first_item;
+  std::vector<std::uint32_t>& rotation_query = w.rotation_query;
+  rotation_query.assign(plan.rotation_count(), 0);
+  for (std::uint64_t i = 0; i < plan.queries; ++i) {
+    const std::uint64_t n = plan.visible_slots(i);
+    const std::uint64_t chunk = std::max<std::uint64_t>(kItemSlots, (n + splits - 1) / splits);
+    std::vector<Run> runs;
+    std::uint64_t at = 0;
+    for (const paging::SlotSpan& s : plan.visible[i]) {
+      if (runs.empty() || runs.back().rotation != s.rotation) runs.push_back({at, at, s.rotation});
+      at += s.end - s.begin;
+      runs.back().end = at;
+      if (s.rotation != 0) rotation_query[s.rotation - 1] = static_cast<std::uint32_t>(i);
+    }
+    // Merge units (query, KV head, head chunk) in order: merge::unit_of computes the same index.
+    // A query that sees nothing still gets an item per unit (of no slots), which writes its zeros.
+    for (std::uint32_t h = 0; h < kv_heads; ++h)
+      for (std::uint32_t head0 = 0; head0 < group; head0 += kMaxItemHeads) {
+        first_item.push_back(static_cast<std::uint32_t>(items.size()));
+        const auto item = [&](std::uint64_t first, std::uint64_t count, std::uint32_t rotation) {
+          items.push_back(
+              {static_cast<std::uint32_t>(i), h, head0, std::min(kMaxItemHeads, group - head0),
+               static_cast<std::uint32_t>(first), static_cast<std::uint32_t>(count), rotation});
+        };
+        if (runs.empty()) item(0, 0, 0);
+        for (const Run& run : runs)
+          for (std::uint64_t first = run.begin; first < run.end; first += chunk)
+            item(first, std::min(chunk, run.end - first), run.rotation);
+      }
+  }
+  return w;
+}
+
+// Positions within the cache: each rotation's query turned into `turned`, before the attention.
+float* rotate_queries(const DevicePlan& p, const AttentionArgs& a, float* turned,
+                      const Stream& stream) {
+  const paging::AttentionPlan& plan = p.slots;
+  RotateArgs r;
+  r.q = a.q;
+  r.q_dtype = a.q_dtype;
+  r.q_heads = a.q_heads;
+  r.head_dim = a.pools.head_dim;
+  r.rotary_dims = plan.rotary_dims;
+  r.adjacent = plan.rotation_style == RopeStyle::gptj;
+  r.rotations = p.rotations;
+  r.query_of = reinterpret_cast<const std::uint32_t*>(p.at(p.rotation_query_at));
+  r.cos_sin = reinterpret_cast<const float*>(p.at(p.cos_sin_at));
+  r.turned = turned;
+  launch_rotate(r, stream.get());
+  return turned;
+}
+
+// Accumulated scores: each slot's weights summed over the heads into `scores`, after the
+// attention, and downloaded.
+std::vector<float> score_pass(const DevicePlan& p, const AttentionArgs& a, float* scores,
+                              const Stream& stream) {
+  ScoreArgs s;
+  s.queries = static_cast<std::uint32_t>(p.slots.queries);
+  s.q_heads = a.q_heads;
+  s.span_offset = a.span_offset;
+  s.spans = a.spans;
+  s.logit_offset = a.logit_offset;
+  s.max_visible = p.max_visible;
+  s.logits = a.logits;
+  s.final_state = a.final_state;
+  s.scores = scores;
+  s.score_offset = reinterpret_cast<const std::uint64_t*>(p.at(p.score_offset_at));
+  launch_scores(s, stream.get());
+  std::vector<float> added(p.score_floats);
+  stream.download(added.data(), s.scores, p.score_floats * 4);
+  return added;
+}
+
 }  // namespace
 
 std::unique_ptr<DevicePlan> DeviceAttention::make_plan(DeviceStore& store,
@@ -96,42 +237,10 @@ std::unique_ptr<DevicePlan> DeviceAttention::make_plan(DeviceStore& store,
   const std::uint64_t target = 16ull * processors_;
   const std::uint64_t splits =
       pairs >= target ? 1 : (target + pairs - 1) / std::max<std::uint64_t>(pairs, 1);
-  // An item turns its query one way throughout: a query's visible slots are cut where the
-  // spans' rotations change, [begin, end) of its visible indices each.
-  struct Run {
-    std::uint64_t begin, end;
-    std::uint32_t rotation;
-  };
-  std::vector<WorkItem> items;
-  std::vector<std::uint32_t> first_item;
-  std::vector<std::uint32_t> rotation_query(plan.rotation_count(), 0);
-  for (std::uint64_t i = 0; i < plan.queries; ++i) {
-    const std::uint64_t n = plan.visible_slots(i);
-    const std::uint64_t chunk = std::max<std::uint64_t>(kItemSlots, (n + splits - 1) / splits);
-    std::vector<Run> runs;
-    std::uint64_t at = 0;
-    for (const paging::SlotSpan& s : plan.visible[i]) {
-      if (runs.empty() || runs.back().rotation != s.rotation) runs.push_back({at, at, s.rotation});
-      at += s.end - s.begin;
-      runs.back().end = at;
-      if (s.rotation != 0) rotation_query[s.rotation - 1] = static_cast<std::uint32_t>(i);
-    }
-    // Merge units (query, KV head, head chunk) in order: merge::unit_of computes the same index.
-    // A query that sees nothing still gets an item per unit (of no slots), which writes its zeros.
-    for (std::uint32_t h = 0; h < kv_heads; ++h)
-      for (std::uint32_t head0 = 0; head0 < group; head0 += kMaxItemHeads) {
-        first_item.push_back(static_cast<std::uint32_t>(items.size()));
-        const auto item = [&](std::uint64_t first, std::uint64_t count, std::uint32_t rotation) {
-          items.push_back(
-              {static_cast<std::uint32_t>(i), h, head0, std::min(kMaxItemHeads, group - head0),
-               static_cast<std::uint32_t>(first), static_cast<std::uint32_t>(count), rotation});
-        };
-        if (runs.empty()) item(0, 0, 0);
-        for (const Run& run : runs)
-          for (std::uint64_t first = run.begin; first < run.end; first += chunk)
-            item(first, std::min(chunk, run.end - first), run.rotation);
-      }
-  }
+  WorkItems w = work_items(plan, kv_heads, group, splits);
+  std::vector<WorkItem>& items = w.items;
+  std::vector<std::uint32_t>& first_item = w.first_item;
+  const std::vector<std::uint32_t>& rotation_query = w.rotation_query;
   const std::uint64_t units = first_item.size();
   first_item.push_back(static_cast<std::uint32_t>(items.size()));
   p->n_items = static_cast<std::uint32_t>(items.size());
@@ -158,22 +267,6 @@ std::unique_ptr<DevicePlan> DeviceAttention::make_plan(DeviceStore& store,
   stream.fill(p->at(p->arrived_at), 0, units * 4);  // the merge's counters, kept at 0 by each run
   p->slots = std::move(slots);
   return p;
-}
-
-void DeviceAttention::decode(CacheStore& store, const AttentionRequest& request) {
-  attend(store, request, false);
-}
-
-void DeviceAttention::prefill(CacheStore& store, const AttentionRequest& request) {
-  attend(store, request, true);
-}
-
-void DeviceAttention::attend(CacheStore& base, const AttentionRequest& r, bool prefill) {
-  DeviceStore& store = device_store(base);
-  const auto lock = store.lock();
-  const auto plan = make_plan(store, paging::plan_attention(store.book(), r, prefill),
-                              r.accumulate_scores, r.scale);
-  run_layer(store, *plan, r.layer, *r.q, *r.out);
 }
 
 std::unique_ptr<StepPlan> DeviceAttention::plan(CacheStore& base, const StepRequest& r) {
@@ -210,36 +303,10 @@ void DeviceAttention::run_layer(DeviceStore& store, const DevicePlan& p, std::ui
 
   // Formats that group tokens: the rows of groups still being filled, from the host residual.
   const bool grouped = book.token_group(false) != 0 || book.token_group(true) != 0;
-  std::vector<std::uint64_t> held_from, residual_offset, sequence_residual;
-  std::vector<std::uint16_t> residual;
-  for (std::size_t i = 0; grouped && i < plan.sequences.size(); ++i) {
-    const auto& s = book.find(plan.sequences[i]);
-    for (const bool value : {false, true}) {
-      const std::uint32_t g = book.token_group(value);
-      const std::uint64_t slice = std::uint64_t{kv_heads} * g * dim;
-      sequence_residual.push_back(residual.size());
-      if (g == 0) continue;
-      // The rows of the group being filled: the book's half of that group's parity.
-      const std::uint64_t parity = book.held_from(s, layer, value) / g % 2;
-      const std::vector<std::uint16_t>& rows = value ? s.residual_v : s.residual_k;
-      const auto first = rows.begin() + static_cast<std::ptrdiff_t>(
-                                            (parity * book.spec().model.layers + layer) * slice);
-      residual.insert(residual.end(), first, first + static_cast<std::ptrdiff_t>(slice));
-    }
-  }
-  for (std::uint64_t i = 0; grouped && i < plan.queries; ++i) {
-    for (const bool value : {false, true}) {
-      const std::size_t seq = plan.query_sequence[i];
-      held_from.push_back(book.token_group(value) == 0
-                              ? ~std::uint64_t{0}
-                              : book.held_from(book.find(plan.sequences[seq]), layer, value));
-      residual_offset.push_back(sequence_residual[2 * seq + value]);
-    }
-  }
-
+  const HeldRows held = grouped ? held_rows(book, plan, layer) : HeldRows{};
   StagingLayout layout;
-  const std::uint64_t held_from_at = layout.copy(held_from), residual_at = layout.copy(residual),
-                      residual_offset_at = layout.copy(residual_offset);
+  const std::uint64_t held_from_at = layout.copy(held.from), residual_at = layout.copy(held.rows),
+                      residual_offset_at = layout.copy(held.offset);
   const std::uint64_t q_at = q.on_device ? 0 : layout.reserve(q.bytes);
   const std::uint64_t out_at = out.on_device ? 0 : layout.reserve(out.bytes);
   const std::uint64_t partial_at = layout.reserve(p.n_items * item_state_floats(dim) * 4, 128);
@@ -300,21 +367,8 @@ void DeviceAttention::run_layer(DeviceStore& store, const DevicePlan& p, std::ui
   a.final_state = scores ? reinterpret_cast<float*>(at(final_at)) : nullptr;
   a.logits = scores ? reinterpret_cast<float*>(at(logits_at)) : nullptr;
   a.logit_offset = reinterpret_cast<const std::uint64_t*>(p.at(p.logit_offset_at));
-  if (p.rotations != 0) {
-    RotateArgs r;
-    r.q = a.q;
-    r.q_dtype = a.q_dtype;
-    r.q_heads = heads;
-    r.head_dim = dim;
-    r.rotary_dims = plan.rotary_dims;
-    r.adjacent = plan.rotation_style == RopeStyle::gptj;
-    r.rotations = p.rotations;
-    r.query_of = reinterpret_cast<const std::uint32_t*>(p.at(p.rotation_query_at));
-    r.cos_sin = reinterpret_cast<const float*>(p.at(p.cos_sin_at));
-    r.turned = reinterpret_cast<float*>(at(turned_at));
-    launch_rotate(r, stream.get());
-    a.turned = r.turned;
-  }
+  if (p.rotations != 0)
+    a.turned = rotate_queries(p, a, reinterpret_cast<float*>(at(turned_at)), stream);
   if (grouped) {
     a.held_from = reinterpret_cast<const std::uint64_t*>(at(held_from_at));
     a.residual = reinterpret_cast<const std::uint16_t*>(at(residual_at));
@@ -322,34 +376,15 @@ void DeviceAttention::run_layer(DeviceStore& store, const DevicePlan& p, std::ui
   }
   launch_attend(a, std::min(group, kMaxItemHeads), stream.get());
 
-  std::vector<float> added;
-  if (scores) {
-    ScoreArgs s;
-    s.queries = static_cast<std::uint32_t>(plan.queries);
-    s.q_heads = heads;
-    s.span_offset = a.span_offset;
-    s.spans = a.spans;
-    s.logit_offset = a.logit_offset;
-    s.max_visible = p.max_visible;
-    s.logits = a.logits;
-    s.final_state = a.final_state;
-    s.scores = reinterpret_cast<float*>(at(scores_at));
-    s.score_offset = reinterpret_cast<const std::uint64_t*>(p.at(p.score_offset_at));
-    launch_scores(s, stream.get());
-    added.resize(p.score_floats);
-    stream.download(added.data(), s.scores, p.score_floats * 4);
-  }
+  const std::vector<float> added =
+      scores ? score_pass(p, a, reinterpret_cast<float*>(at(scores_at)), stream)
+             : std::vector<float>();
   void* const out_host = static_cast<std::byte*>(out_in.data) + out_in.byte_offset;
   if (!out.on_device)
     stream.download(stage_out ? staging + staged_out_at : out_host, out_device, out.bytes);
   stream.synchronize();
   if (stage_out) std::memcpy(out_host, staging + staged_out_at, out.bytes);
-  // Scores live with the book on the host, where eviction policies read them.
-  for (std::size_t i = 0; scores && i < plan.sequences.size(); ++i) {
-    auto& s = book.find(plan.sequences[i]);
-    for (std::uint64_t slot = 0; slot < plan.written[i]; ++slot)
-      s.scores[slot] += added[p.sequence_scores[i] + slot];
-  }
+  if (scores) add_scores(book, plan, p.sequence_scores, added);
 }
 
 }  // namespace kvcache::gpu
