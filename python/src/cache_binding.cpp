@@ -66,9 +66,7 @@ StepHandle* begin(CacheHandle& c, const std::vector<SeqId>& ids,
   return new StepHandle(&c, locked(c, [&] { return c.cache->begin_step(ids, new_tokens); }));
 }
 
-}  // namespace
-
-void bind_cache(nb::module_& m) {
+void bind_model_shape(nb::module_& m) {
   nb::class_<ModelShape>(m, "ModelShape")
       .def_ro("layers", &ModelShape::layers)
       .def_ro("q_heads", &ModelShape::q_heads)
@@ -80,8 +78,11 @@ void bind_cache(nb::module_& m) {
                ", kv_heads=" + std::to_string(s.kv_heads) +
                ", head_dim=" + std::to_string(s.head_dim) + ")";
       });
+}
 
-  nb::class_<CacheHandle>(m, "_Cache")
+// Opening, and what the cache is: backend, model, stats, store info, layer groups.
+void bind_open(nb::class_<CacheHandle>& cache) {
+  cache
       .def(
           "__init__",
           [](CacheHandle* self, const std::string& path_or_yaml) {
@@ -112,22 +113,26 @@ void bind_cache(nb::module_& m) {
           },
           nb::arg("layer") = nb::none(),
           "The store's page size, pages and page bytes (of `layer`'s group in a hybrid cache)")
-      .def("groups",
-           [](CacheHandle& c) {
-             nb::list out;
-             for (const LayerGroupInfo& g : c.cache->groups()) {
-               nb::dict d;
-               d["name"] = g.name;
-               d["layers"] = g.layers;
-               d["frees_pages"] = g.frees_pages;
-               d["kind"] = mask_kind_name(g.mask.kind);
-               d["window"] = g.mask.window;
-               d["sinks"] = g.mask.sinks;
-               d["chunk"] = g.mask.chunk;
-               out.append(d);
-             }
-             return out;
-           })
+      .def("groups", [](CacheHandle& c) {
+        nb::list out;
+        for (const LayerGroupInfo& g : c.cache->groups()) {
+          nb::dict d;
+          d["name"] = g.name;
+          d["layers"] = g.layers;
+          d["frees_pages"] = g.frees_pages;
+          d["kind"] = mask_kind_name(g.mask.kind);
+          d["window"] = g.mask.window;
+          d["sinks"] = g.mask.sinks;
+          d["chunk"] = g.mask.chunk;
+          out.append(d);
+        }
+        return out;
+      });
+}
+
+// Sequences and steps.
+void bind_sequences(nb::class_<CacheHandle>& cache) {
+  cache
       .def("sequences",
            [](CacheHandle& c) { return locked(c, [&] { return c.cache->sequences(); }); })
       .def(
@@ -145,6 +150,13 @@ void bind_cache(nb::module_& m) {
             locked(c, [&] { c.cache->truncate(id, tokens); });
           },
           nb::arg("sequence"), nb::arg("tokens"))
+      .def("begin_step", &begin, nb::arg("sequences"), nb::arg("new_tokens"),
+           nb::rv_policy::take_ownership, nb::keep_alive<0, 1>());
+}
+
+// Prefix reuse and the shared tier.
+void bind_prefixes(nb::class_<CacheHandle>& cache) {
+  cache
       .def("match_prefix",
            [](CacheHandle& c, SeqId id, nb::handle tokens) {
              const std::vector<std::int32_t> ids = token_ids(tokens);
@@ -169,30 +181,32 @@ void bind_cache(nb::module_& m) {
           },
           nb::arg("timeout") = 10.0,
           "Waits until the pages published so far are in the shared store; False on timeout")
-      .def("remote_stats",
-           [](CacheHandle& c) -> nb::object {
-             const auto s = locked(c, [&] { return c.cache->remote_stats(); });
-             if (!s) return nb::none();
-             nb::dict d;
-             d["lookups"] = s->lookups;
-             d["hit_pages"] = s->hit_pages;
-             d["miss_pages"] = s->miss_pages;
-             d["corrupt"] = s->corrupt;
-             d["no_room"] = s->no_room;
-             d["failures"] = s->failures;
-             d["skipped"] = s->skipped;
-             d["queued_pages"] = s->queued_pages;
-             d["written_pages"] = s->written_pages;
-             d["present_pages"] = s->present_pages;
-             d["dropped_writes"] = s->dropped_writes;
-             d["bytes_read"] = s->bytes_read;
-             d["bytes_written"] = s->bytes_written;
-             d["lookup_p50_us"] = s->lookup_p50_us;
-             d["lookup_p99_us"] = s->lookup_p99_us;
-             return d;
-           })
-      .def("begin_step", &begin, nb::arg("sequences"), nb::arg("new_tokens"),
-           nb::rv_policy::take_ownership, nb::keep_alive<0, 1>())
+      .def("remote_stats", [](CacheHandle& c) -> nb::object {
+        const auto s = locked(c, [&] { return c.cache->remote_stats(); });
+        if (!s) return nb::none();
+        nb::dict d;
+        d["lookups"] = s->lookups;
+        d["hit_pages"] = s->hit_pages;
+        d["miss_pages"] = s->miss_pages;
+        d["corrupt"] = s->corrupt;
+        d["no_room"] = s->no_room;
+        d["failures"] = s->failures;
+        d["skipped"] = s->skipped;
+        d["queued_pages"] = s->queued_pages;
+        d["written_pages"] = s->written_pages;
+        d["present_pages"] = s->present_pages;
+        d["dropped_writes"] = s->dropped_writes;
+        d["bytes_read"] = s->bytes_read;
+        d["bytes_written"] = s->bytes_written;
+        d["lookup_p50_us"] = s->lookup_p50_us;
+        d["lookup_p99_us"] = s->lookup_p99_us;
+        return d;
+      });
+}
+
+// What a group's store holds, read-only.
+void bind_store_reads(nb::class_<CacheHandle>& cache) {
+  cache
       .def(
           "length",
           [](CacheHandle& c, SeqId id, std::optional<std::uint32_t> layer) {
@@ -252,6 +266,17 @@ void bind_cache(nb::module_& m) {
             return d;
           },
           nb::arg("sequences"), nb::arg("layer") = nb::none());
+}
+
+}  // namespace
+
+void bind_cache(nb::module_& m) {
+  bind_model_shape(m);
+  nb::class_<CacheHandle> cache(m, "_Cache");
+  bind_open(cache);
+  bind_sequences(cache);
+  bind_prefixes(cache);
+  bind_store_reads(cache);
 }
 
 }  // namespace kvcache::python

@@ -89,6 +89,50 @@ class AttentionConformance : public ::testing::TestWithParam<AttentionCase> {
     return r;
   }
 
+  // What a kernel that rounds q or the weights may err by, per output element of one query
+  // (`slack`: against the reference for q itself; `weights`: for the rounded q), and in `exact`
+  // the reference for the rounded q (left as it is when q is not rounded).
+  struct Slack {
+    std::vector<float> slack, weights;
+  };
+  Slack slack_for(std::span<const float> qrow, const std::vector<float>& k,
+                  const std::vector<float>& v, const std::vector<Position>& positions,
+                  std::span<const PositionRange> r, bool scores, std::vector<float>& exact) const {
+    const std::uint32_t qh = GetParam().heads.q, kvh = GetParam().heads.kv;
+    const reference::AttentionShape rs{qh, kvh, dim_};
+    const float scale = 1.0f / std::sqrt(static_cast<float>(dim_));
+    Slack out{std::vector<float>(qh * dim_, 0.0f), std::vector<float>(qh * dim_, 0.0f)};
+    const auto rounded_q = rounds_query(GetParam().backend, GetParam().format.name, scores);
+    std::vector<float> mean_abs_v(qh * dim_);
+    if (rounded_q) {
+      reference::attention(rs, round_query(*rounded_q, qrow), k, v, positions, r, scale, exact);
+      std::vector<float> abs_v(v.size());
+      for (std::size_t e = 0; e < v.size(); ++e) abs_v[e] = std::fabs(v[e]);
+      reference::attention(rs, qrow, k, abs_v, positions, r, scale, mean_abs_v);
+    }
+    const auto rounded_weights = rounds_weights(GetParam().backend, GetParam().format.name, dim_);
+    const std::vector<std::size_t> visible =
+        rounded_weights ? visible_slots(positions, r) : std::vector<std::size_t>{};
+    for (std::uint32_t h = 0; h < qh; ++h) {
+      const std::span<const float> q_head = qrow.subspan(h * dim_, dim_);
+      const std::uint32_t kv_head = h / (qh / kvh);
+      const double e =
+          rounded_q ? query_rounding_bound(*rounded_q, q_head, k, kvh, kv_head, scale) : 0.0;
+      const double w = rounded_weights
+                           ? std::exp(2.0 * e) * weight_rounding_bound(
+                                                     *rounded_weights, q_head, k, v, kvh, kv_head,
+                                                     GetParam().format.options.value("group", 32u),
+                                                     visible, scale)
+                           : 0.0;
+      for (std::uint32_t d = 0; d < dim_; ++d) {
+        out.weights[h * dim_ + d] = static_cast<float>(w);
+        out.slack[h * dim_ + d] =
+            static_cast<float>(std::expm1(2.0 * e) * mean_abs_v[h * dim_ + d] + w);
+      }
+    }
+    return out;
+  }
+
   // Checks queries of sequences against the reference over the stored (decoded) K/V, and over
   // the original float32 K/V within the format's tolerance.
   void check(const std::string& mask_name, const nlohmann::json& mask_options, std::uint32_t layer,
@@ -121,12 +165,8 @@ class AttentionConformance : public ::testing::TestWithParam<AttentionCase> {
     for (SeqId id : ids) scores_before.push_back(store_->scores(id));
     std::int64_t shape[3] = {static_cast<std::int64_t>(queries), qh, dim_};
     DLTensor qt = host_tensor(q.data(), shape), ot = host_tensor(out.data(), shape);
-    AttentionRequest request = request_for(ids, qt, ot, {ranges, counts, max_ranges, {}});
-    request.layer = layer;
-    request.query_counts =
-        prefill ? std::span<const std::uint32_t>(query_counts) : std::span<const std::uint32_t>();
-    request.accumulate_scores = scores;
-    prefill ? attention_->prefill(*store_, request) : attention_->decode(*store_, request);
+    attend(*attention_, *store_, layer, ids, query_counts, {ranges, counts, max_ranges, {}}, scores,
+           qt, ot);
 
     const reference::AttentionShape rs{qh, kvh, dim_};
     const float scale = 1.0f / std::sqrt(static_cast<float>(dim_));
@@ -149,37 +189,9 @@ class AttentionConformance : public ::testing::TestWithParam<AttentionCase> {
         // element by at most (exp(2e) - 1) x sum_t p_t |v_t| (the reference over |v|). A kernel
         // that rounds the weights may err by weight_rounding_bound more (times exp(2e), the most
         // rounding q raises the largest weight by), against either.
-        std::vector<float> exact = want, slack(qh * dim_, 0.0f), weight_slack(qh * dim_, 0.0f);
-        const auto rounded_q = rounds_query(GetParam().backend, GetParam().format.name, scores);
-        std::vector<float> mean_abs_v(qh * dim_);
-        if (rounded_q) {
-          reference::attention(rs, round_query(*rounded_q, qrow), k, v, positions[i], r, scale,
-                               exact);
-          std::vector<float> abs_v(v.size());
-          for (std::size_t e = 0; e < v.size(); ++e) abs_v[e] = std::fabs(v[e]);
-          reference::attention(rs, qrow, k, abs_v, positions[i], r, scale, mean_abs_v);
-        }
-        const auto rounded_weights =
-            rounds_weights(GetParam().backend, GetParam().format.name, dim_);
-        const std::vector<std::size_t> visible =
-            rounded_weights ? visible_slots(positions[i], r) : std::vector<std::size_t>{};
-        for (std::uint32_t h = 0; h < qh; ++h) {
-          const std::span<const float> q_head = qrow.subspan(h * dim_, dim_);
-          const std::uint32_t kv_head = h / (qh / kvh);
-          const double e =
-              rounded_q ? query_rounding_bound(*rounded_q, q_head, k, kvh, kv_head, scale) : 0.0;
-          const double w = rounded_weights ? std::exp(2.0 * e) *
-                                                 weight_rounding_bound(
-                                                     *rounded_weights, q_head, k, v, kvh, kv_head,
-                                                     GetParam().format.options.value("group", 32u),
-                                                     visible, scale)
-                                           : 0.0;
-          for (std::uint32_t d = 0; d < dim_; ++d) {
-            weight_slack[h * dim_ + d] = static_cast<float>(w);
-            slack[h * dim_ + d] =
-                static_cast<float>(std::expm1(2.0 * e) * mean_abs_v[h * dim_ + d] + w);
-          }
-        }
+        std::vector<float> exact = want;
+        const Slack bound = slack_for(qrow, k, v, positions[i], r, scores, exact);
+        const std::vector<float>&slack = bound.slack, &weight_slack = bound.weights;
         const auto& ok = original_k_[{ids[i], layer}];
         const auto& ov = original_v_[{ids[i], layer}];
         if (ok.size() == k.size())
@@ -246,9 +258,7 @@ TEST_P(AttentionConformance, PrefillOfNoQueriesForSomeOrAllSequences) {
   DLTensor qt = host_tensor(q.data(), shape), ot = host_tensor(out.data(), shape);
   const std::vector<std::uint32_t> none = {0, 0};
   const std::vector<SeqId> ids = {a, b};
-  AttentionRequest request = request_for(ids, qt, ot, {{}, {}, 1, {}});
-  request.query_counts = none;
-  attention_->prefill(*store_, request);
+  attend(*attention_, *store_, 0, ids, none, {{}, {}, 1, {}}, false, qt, ot);
   for (float x : out) ASSERT_TRUE(std::isnan(x));
 }
 
@@ -300,7 +310,7 @@ TEST_P(AttentionConformance, QueryThatSeesNoKeysGetsZeros) {
   const std::vector<SeqId> ids = {a, b};
   const std::vector<PositionRange> ranges = {{0, 0}, {0, 700}};
   const std::vector<std::uint32_t> counts = {0, 1};
-  attention_->decode(*store_, request_for(ids, qt, ot, {ranges, counts, 1, {}}));
+  attend(*attention_, *store_, 0, ids, {}, {ranges, counts, 1, {}}, false, qt, ot);
   for (std::size_t e = 0; e < qh * dim_; ++e) ASSERT_EQ(out[e], 0.0f) << "element " << e;
   for (std::size_t e = qh * dim_; e < out.size(); ++e) ASSERT_TRUE(std::isfinite(out[e]));
 }
@@ -315,6 +325,49 @@ TEST_P(AttentionConformance, CompactedSequenceUsesLogicalPositions) {
   original_v_.clear();
   append({a}, 1);
   for (const auto& [name, options] : masks_) check(name, options, 1, {a}, {}, false);
+}
+
+// What rounding the weights may add to an output element of a KV head whose largest weight is
+// 1: as weight_rounding_bound, from the largest int4 step of the visible rows' groups.
+double unit_weight_rounding_bound(const WeightRounding& rounding, const std::vector<float>& v,
+                                  const std::vector<std::size_t>& visible, std::uint32_t kv_heads,
+                                  std::uint32_t kv_head, std::uint32_t dim, std::uint32_t group) {
+  double top_step = 0.0;
+  for (const std::size_t t : visible)
+    for (std::uint32_t g = 0; g < dim; g += group) {
+      const float* row = v.data() + (t * kv_heads + kv_head) * dim + g;
+      const auto [low, high] = std::minmax_element(row, row + group);
+      top_step = std::max(top_step, double{*high - *low} / 15.0);
+    }
+  return static_cast<double>(visible.size()) * 8.0 * rounding.error / rounding.levels * top_step;
+}
+
+// A kernel that rounds q rounds each turned q of a query (`ranges` of them, rotations at
+// query * 2 in `table`): the worst of them bounds the logits of a head.
+double turned_query_rounding_bound(const QueryRounding& rounding, const RotationTable& table,
+                                   std::size_t query, std::uint32_t ranges,
+                                   std::span<const float> q_head, const std::vector<float>& k,
+                                   std::uint32_t kv_heads, std::uint32_t kv_head, float scale) {
+  double e = 0.0;
+  for (std::uint32_t range = 0; range < ranges; ++range) {
+    std::vector<float> head(q_head.begin(), q_head.end());
+    if (const std::uint32_t rot = table.range_rotation[query * 2 + range]; rot != 0)
+      table.view().rotate(rot - 1, head.data());
+    e = std::max(e, query_rounding_bound(rounding, head, k, kv_heads, kv_head, scale));
+  }
+  return e;
+}
+
+// A backend that does not declare query_rotation refuses rotations, saying so.
+template <class Run>
+void expect_rotations_refused(Run&& run) {
+  try {
+    run();
+    FAIL() << "a backend without query_rotation attended with rotations";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::unsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("query_rotation"), std::string::npos) << e.what();
+  }
 }
 
 // RoPE positions within the cache (StreamingLLM): sinks + window with positions: cache, the query
@@ -364,22 +417,12 @@ TEST_P(AttentionConformance, CachePositionsMatchTheStreamingReference) {
       for (float& x : q) x = normal_(rng_);
       std::int64_t shape[3] = {static_cast<std::int64_t>(queries.size()), qh, dim_};
       DLTensor qt = host_tensor(q.data(), shape), ot = host_tensor(out.data(), shape);
-      AttentionRequest request = request_for(ids, qt, ot, {ranges, counts, 2, table.view()});
-      request.layer = 1;
-      if (prefill) request.query_counts = per_seq;
       const auto run = [&] {
-        prefill ? attention_->prefill(*store_, request) : attention_->decode(*store_, request);
+        attend(*attention_, *store_, 1, ids,
+               prefill ? std::span<const std::uint32_t>(per_seq) : std::span<const std::uint32_t>(),
+               {ranges, counts, 2, table.view()}, false, qt, ot);
       };
-      if (!rotates) {
-        try {
-          run();
-          FAIL() << "a backend without query_rotation attended with rotations";
-        } catch (const Error& e) {
-          EXPECT_EQ(e.code(), Code::unsupported) << e.what();
-          EXPECT_NE(std::string(e.what()).find("query_rotation"), std::string::npos) << e.what();
-        }
-        return;
-      }
+      if (!rotates) return expect_rotations_refused(run);
       run();
       const reference::AttentionShape rs{qh, kvh, dim_};
       const auto rounded_q = rounds_query(GetParam().backend, GetParam().format.name, false);
@@ -403,29 +446,18 @@ TEST_P(AttentionConformance, CachePositionsMatchTheStreamingReference) {
                                                     positions[i], r, scale, mean_abs_v);
           const std::vector<std::size_t> visible = visible_slots(positions[i], r);
           for (std::uint32_t h = 0; h < qh; ++h) {
-            // A kernel that rounds q rounds each turned q: the worst of them bounds the logits.
-            double e = 0.0;
-            for (std::uint32_t k_range = 0; rounded_q && k_range < counts[qi]; ++k_range) {
-              std::vector<float> head(qrow.begin() + h * dim_, qrow.begin() + (h + 1) * dim_);
-              if (const std::uint32_t rot = table.range_rotation[qi * 2 + k_range]; rot != 0)
-                table.view().rotate(rot - 1, head.data());
-              e = std::max(e,
-                           query_rounding_bound(*rounded_q, head, k, kvh, h / (qh / kvh), scale));
-            }
+            const double e = rounded_q
+                                 ? turned_query_rounding_bound(*rounded_q, table, qi, counts[qi],
+                                                               qrow.subspan(h * dim_, dim_), k, kvh,
+                                                               h / (qh / kvh), scale)
+                                 : 0.0;
             // Weights rounded: bounded as weight_rounding_bound does with the largest weight 1.
-            double w = 0.0;
-            if (rounded_weights) {
-              const std::uint32_t group = GetParam().format.options.value("group", 32u);
-              double top_step = 0.0;
-              for (const std::size_t t : visible)
-                for (std::uint32_t g = 0; g < dim_; g += group) {
-                  const float* row = v.data() + (t * kvh + h / (qh / kvh)) * dim_ + g;
-                  const auto [low, high] = std::minmax_element(row, row + group);
-                  top_step = std::max(top_step, double{*high - *low} / 15.0);
-                }
-              w = std::exp(2.0 * e) * static_cast<double>(visible.size()) * 8.0 *
-                  rounded_weights->error / rounded_weights->levels * top_step;
-            }
+            const double w =
+                rounded_weights
+                    ? std::exp(2.0 * e) * unit_weight_rounding_bound(
+                                              *rounded_weights, v, visible, kvh, h / (qh / kvh),
+                                              dim_, GetParam().format.options.value("group", 32u))
+                    : 0.0;
             for (std::uint32_t d = 0; d < dim_; ++d) {
               const std::size_t el = h * dim_ + d;
               const double slack = std::expm1(2.0 * e) * mean_abs_v[el] + w;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -56,15 +57,21 @@ std::uint64_t last_level_cache(const Registry& registry, const std::string& back
   return l3 > 0 ? static_cast<std::uint64_t>(l3) : std::uint64_t{32} << 20;
 }
 
-}  // namespace
-
-AttentionBenchResult run_attention_benchmark(const Registry& registry,
-                                             const AttentionBenchOptions& o) {
-  const int threads = o.threads > 0 ? o.threads : tbb::this_task_arena::max_concurrency();
-  const tbb::global_control parallelism(tbb::global_control::max_allowed_parallelism,
-                                        static_cast<std::size_t>(threads));
-
+// A store of one backend filled with `o.batch` sequences of `o.tokens` random rows, in enough
+// layers that they outgrow the last-level cache (one with `o.hot`).
+struct FilledStore {
   StoreSpec spec;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<CacheStore> store;
+  std::unique_ptr<Attention> attention;
+  std::vector<SeqId> ids;
+  std::uint64_t tile_k = 0, tile_v = 0, cache = 0;
+};
+
+FilledStore fill_store(const Registry& registry, const AttentionBenchOptions& o,
+                       std::mt19937& rng) {
+  FilledStore f;
+  StoreSpec& spec = f.spec;
   spec.model = {1, o.q_heads, o.kv_heads, o.head_dim};
   spec.page_size = o.page_size;
   spec.k_format = o.k_format;
@@ -73,47 +80,62 @@ AttentionBenchResult run_attention_benchmark(const Registry& registry,
   spec.v_options = o.v_options;
   spec.prefix_caching = false;
   spec = with_codecs(spec, registry);  // a format from outside runs through its own codec
-  const std::uint64_t tile_k = store_format(spec, false).layout.tile_bytes;
-  const std::uint64_t tile_v = store_format(spec, true).layout.tile_bytes;
+  f.tile_k = store_format(spec, false).layout.tile_bytes;
+  f.tile_v = store_format(spec, true).layout.tile_bytes;
   const std::uint64_t pages = (o.tokens + o.page_size - 1) / o.page_size * o.batch + 1;
-  const std::uint64_t layer_bytes = pages * o.kv_heads * (tile_k + tile_v);
-  const std::uint64_t cache = last_level_cache(registry, o.backend);
+  const std::uint64_t layer_bytes = pages * o.kv_heads * (f.tile_k + f.tile_v);
+  f.cache = last_level_cache(registry, o.backend);
   spec.model.layers = o.hot ? 1
                             : static_cast<std::uint32_t>(std::max<std::uint64_t>(
-                                  1, (8 * cache + layer_bytes - 1) / layer_bytes));
+                                  1, (8 * f.cache + layer_bytes - 1) / layer_bytes));
   spec.capacity_bytes = pages * page_cost(spec);
-  const auto backend = registry.create_backend(o.backend);
-  const auto store = backend->create_store(spec);
-  const auto attention = backend->create_attention();
+  f.backend = registry.create_backend(o.backend);
+  f.store = f.backend->create_store(spec);
+  f.attention = f.backend->create_attention();
 
   // Fill every sequence, a chunk at a time, from one random buffer (contents do not change the
   // amount of work, only realistic values matter for quantization).
-  std::vector<SeqId> ids;
-  for (std::uint32_t i = 0; i < o.batch; ++i) ids.push_back(store->create_sequence());
+  for (std::uint32_t i = 0; i < o.batch; ++i) f.ids.push_back(f.store->create_sequence());
   const std::uint64_t chunk = std::min<std::uint64_t>(o.tokens, 2048);
   std::vector<float> rows(chunk * o.batch * o.kv_heads * o.head_dim);
-  std::mt19937 rng(42);
   std::normal_distribution<float> normal;
   for (float& x : rows) x = normal(rng);
   for (std::uint64_t done = 0; done < o.tokens; done += chunk) {
     const auto n = static_cast<std::uint32_t>(std::min(chunk, o.tokens - done));
     const std::vector<std::uint32_t> counts(o.batch, n);
-    store->reserve(ids, counts);
+    f.store->reserve(f.ids, counts);
     std::int64_t shape[3] = {static_cast<std::int64_t>(n) * o.batch, o.kv_heads, o.head_dim};
     const DLTensor t = host_tensor(rows.data(), shape);
     for (std::uint32_t layer = 0; layer < spec.model.layers; ++layer)
-      store->append(layer, ids, counts, t, t);
+      f.store->append(layer, f.ids, counts, t, t);
   }
 
+  return f;
+}
+
+// The last `o.queries` positions of each sequence, and what the mask lets them see.
+struct MaskedQueries {
+  std::uint64_t queries = 0;
+  std::uint32_t max_ranges = 1;
+  std::vector<PositionRange> ranges;
+  std::vector<std::uint32_t> range_counts;
+  RotationTable rotations;
+  std::uint64_t visible = 0, keys_seen = 0;  // per sequence, per query
+};
+
+MaskedQueries mask_queries(const Registry& registry, const AttentionBenchOptions& o) {
+  MaskedQueries m;
   // The last `queries` positions of each sequence query, with the mask's ranges.
   if (o.queries == 0 || o.queries > o.tokens)
     throw Error(Code::invalid_argument, "queries must be between 1 and the cached tokens (" +
                                             std::to_string(o.tokens) + ")");
-  const std::uint64_t queries = std::uint64_t{o.batch} * o.queries;
+  m.queries = std::uint64_t{o.batch} * o.queries;
   const auto mask = registry.create_mask(o.mask.name, o.mask.options);
-  const std::uint32_t max_ranges = mask->describe().max_ranges;
-  std::vector<PositionRange> ranges(queries * max_ranges);
-  std::vector<std::uint32_t> range_counts(queries);
+  const std::uint32_t max_ranges = m.max_ranges = mask->describe().max_ranges;
+  std::vector<PositionRange>& ranges = m.ranges;
+  std::vector<std::uint32_t>& range_counts = m.range_counts;
+  ranges.resize(m.queries * max_ranges);
+  range_counts.resize(m.queries);
   std::vector<Position> positions;
   for (std::uint32_t i = 0; i < o.batch; ++i)
     for (std::uint32_t j = 0; j < o.queries; ++j)
@@ -121,26 +143,50 @@ AttentionBenchResult run_attention_benchmark(const Registry& registry,
   mask->visible(positions, ranges, range_counts);
   // A mask that places queries within the cache: the rotations the Cache would make, of Llama
   // 3's RoPE (the angles do not change the work).
-  RotationTable rotations;
   if (mask->describe().positions_in_cache) {
     const Rope rope{500000.0, 0, RopeStyle::neox, {}};
     std::vector<Position> at(ranges.size());
     mask->query_positions(positions, ranges, range_counts, at);
-    rotations = rotation_table(rope, rope_frequencies(rope, o.head_dim), positions, range_counts,
-                               max_ranges, at);
+    m.rotations = rotation_table(rope, rope_frequencies(rope, o.head_dim), positions, range_counts,
+                                 max_ranges, at);
   }
-  std::uint64_t visible = 0, keys_seen = 0;  // per sequence, per query
   for (std::uint32_t i = 0; i < o.batch; ++i) {
     std::vector<PositionRange> of_sequence;
     for (std::uint64_t query = std::uint64_t{i} * o.queries; query < (i + 1ull) * o.queries;
          ++query) {
       const auto first = ranges.begin() + static_cast<std::ptrdiff_t>(query * max_ranges);
       const std::vector<PositionRange> mine(first, first + range_counts[query]);
-      keys_seen += visible_tokens(mine, o.tokens);
+      m.keys_seen += visible_tokens(mine, o.tokens);
       of_sequence.insert(of_sequence.end(), mine.begin(), mine.end());
     }
-    visible += visible_tokens(of_sequence, o.tokens);
+    m.visible += visible_tokens(of_sequence, o.tokens);
   }
+
+  return m;
+}
+
+}  // namespace
+
+AttentionBenchResult run_attention_benchmark(const Registry& registry,
+                                             const AttentionBenchOptions& o) {
+  const int threads = o.threads > 0 ? o.threads : tbb::this_task_arena::max_concurrency();
+  const tbb::global_control parallelism(tbb::global_control::max_allowed_parallelism,
+                                        static_cast<std::size_t>(threads));
+  std::mt19937 rng(42);
+  std::normal_distribution<float> normal;
+  const FilledStore f = fill_store(registry, o, rng);
+  const MaskedQueries m = mask_queries(registry, o);
+  const StoreSpec& spec = f.spec;
+  Backend& backend = *f.backend;
+  CacheStore& store = *f.store;
+  Attention& attention = *f.attention;
+  const std::vector<SeqId>& ids = f.ids;
+  const std::uint64_t queries = m.queries, tile_k = f.tile_k, tile_v = f.tile_v, cache = f.cache;
+  const std::uint64_t visible = m.visible, keys_seen = m.keys_seen;
+  const std::vector<PositionRange>& ranges = m.ranges;
+  const std::vector<std::uint32_t>& range_counts = m.range_counts;
+  const std::uint32_t max_ranges = m.max_ranges;
+  const RotationTable& rotations = m.rotations;
 
   std::vector<float> q(queries * o.q_heads * o.head_dim), out(q.size());
   for (float& x : q) x = normal(rng);
@@ -159,27 +205,27 @@ AttentionBenchResult run_attention_benchmark(const Registry& registry,
   std::unique_ptr<StepPlan> plan;
   for (int i = 0; i < 5; ++i) {
     const auto start = std::chrono::steady_clock::now();
-    plan = attention->plan(*store, step);
+    plan = attention.plan(store, step);
     plan_times.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   std::uint64_t turn = 0;
   const auto call = [&] {
-    attention->run(*store, *plan, static_cast<std::uint32_t>(turn++ % spec.model.layers), qt, ot);
+    attention.run(store, *plan, static_cast<std::uint32_t>(turn++ % spec.model.layers), qt, ot);
   };
 
   AttentionBenchResult result;
   result.threads = threads;
   result.layers = spec.model.layers;
   result.cache_bytes = cache;
-  if (const std::vector<DeviceInfo> devices = backend->devices(); !devices.empty())
+  if (const std::vector<DeviceInfo> devices = backend.devices(); !devices.empty())
     result.device = devices.front().name;
   result.kv_bytes = visible * o.kv_heads * (tile_k + tile_v) / o.page_size;
   // The bandwidth of the memory the KV lives in: the device's own measure (a copy within device
   // memory) for a GPU backend, else the host's read bandwidth.
   const auto read_gbps = [&] {
     const std::uint64_t probe = std::uint64_t{512} << 20;
-    if (const std::optional<double> device = backend->memory_bandwidth_gbps(probe)) {
+    if (const std::optional<double> device = backend.memory_bandwidth_gbps(probe)) {
       result.bandwidth_probe = "device copy";
       return *device;
     }

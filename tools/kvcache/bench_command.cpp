@@ -113,6 +113,34 @@ void print_replicas(const nlohmann::json& r, bool json) {
   }
 }
 
+// `kvcache bench attention`'s report as text (the formats and mask as given).
+void print_attention(const AttentionBenchOptions& o, const AttentionBenchResult& r,
+                     const std::string& k_format, const std::string& v_format,
+                     const std::string& mask) {
+  std::cout << fmt::format(
+      "backend {} on {}\n"
+      "K {}, V {}, {} tokens x batch {}, {} queries each, {}/{} heads x {}, page {}, mask {}, {} "
+      "threads\n"
+      "KV read per call:   {:.2f} MB (scales included), {}\n"
+      "time per call:      {:.3f} ms (median of {}, on a step's plan made in {:.3f} ms)\n"
+      "attention:          {:.1f} GB/s = {:.2f} of memory bandwidth ({:.1f} GB/s, {}, measured "
+      "in this run), {:.1f} GFLOP/s{}\n"
+      "tokens/s:           {:.0f}\n",
+      o.backend, r.device, k_format, v_format, o.tokens, o.batch, o.queries, o.q_heads, o.kv_heads,
+      o.head_dim, o.page_size, mask, r.threads, r.kv_bytes / 1e6,
+      o.hot ? std::string("one layer, read hot")
+            : fmt::format("calls take turns over {} layers ({:.0f} MB of KV, last-level cache "
+                          "{:.0f} MB)",
+                          r.layers, r.layers * r.kv_bytes / 1e6, r.cache_bytes / 1e6),
+      r.seconds * 1e3, r.calls, r.plan_seconds * 1e3, r.gbps, r.bandwidth_fraction,
+      r.read_bandwidth_gbps, r.bandwidth_probe, r.gflops,
+      r.fma_peak_gflops > 0.0 ? fmt::format(" = {:.2f} of the FMA peak ({:.0f} GFLOP/s, measured "
+                                            "in this run)",
+                                            r.flop_fraction, r.fma_peak_gflops)
+                              : std::string(),
+      r.tokens_per_second);
+}
+
 // `kvcache bench attention`: see attention_benchmark.hpp.
 void add_attention_command(CLI::App& bench, const Globals& globals) {
   CLI::App* attention = bench.add_subcommand(
@@ -191,28 +219,7 @@ void add_attention_command(CLI::App& bench, const Globals& globals) {
       std::cout << to_json(o, r).dump() << '\n';
       return;
     }
-    std::cout << fmt::format(
-        "backend {} on {}\n"
-        "K {}, V {}, {} tokens x batch {}, {} queries each, {}/{} heads x {}, page {}, mask {}, {} "
-        "threads\n"
-        "KV read per call:   {:.2f} MB (scales included), {}\n"
-        "time per call:      {:.3f} ms (median of {}, on a step's plan made in {:.3f} ms)\n"
-        "attention:          {:.1f} GB/s = {:.2f} of memory bandwidth ({:.1f} GB/s, {}, measured "
-        "in this run), {:.1f} GFLOP/s{}\n"
-        "tokens/s:           {:.0f}\n",
-        o.backend, r.device, f->k_format, f->v_format, o.tokens, o.batch, o.queries, o.q_heads,
-        o.kv_heads, o.head_dim, o.page_size, f->mask, r.threads, r.kv_bytes / 1e6,
-        o.hot ? std::string("one layer, read hot")
-              : fmt::format("calls take turns over {} layers ({:.0f} MB of KV, last-level cache "
-                            "{:.0f} MB)",
-                            r.layers, r.layers * r.kv_bytes / 1e6, r.cache_bytes / 1e6),
-        r.seconds * 1e3, r.calls, r.plan_seconds * 1e3, r.gbps, r.bandwidth_fraction,
-        r.read_bandwidth_gbps, r.bandwidth_probe, r.gflops,
-        r.fma_peak_gflops > 0.0 ? fmt::format(" = {:.2f} of the FMA peak ({:.0f} GFLOP/s, measured "
-                                              "in this run)",
-                                              r.flop_fraction, r.fma_peak_gflops)
-                                : std::string(),
-        r.tokens_per_second);
+    print_attention(o, r, f->k_format, f->v_format, f->mask);
   });
 }
 

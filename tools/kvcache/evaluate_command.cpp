@@ -108,8 +108,8 @@ struct EvaluateFlags {
   bool json = false;
 };
 
-void run_evaluate(const Globals& globals, const EvaluateFlags& f) {
-  const std::vector<KvPair> pairs = read_pairs(f.kv);
+// The Q of --q, checked against every pair's head dimension; none without --q.
+std::optional<Tensor> read_queries(const EvaluateFlags& f, const std::vector<KvPair>& pairs) {
   std::optional<Tensor> q_tensor;
   if (!f.q.empty()) {
     const auto t = read_tensors(f.q);
@@ -124,9 +124,11 @@ void run_evaluate(const Globals& globals, const EvaluateFlags& f) {
                                                 std::to_string(p.head_dim) + "] for " + p.name +
                                                 ", got " + shape_text(q_tensor->shape));
   }
+  return q_tensor;
+}
 
-  const Config base = selected_config(globals);
-  const auto registry = Registry::load(base.plugins);
+// The formats of --formats (nearest installed names for typos), or every built-in one but fp32.
+std::vector<std::string> chosen_formats(const EvaluateFlags& f, const Registry& registry) {
   std::vector<std::string> formats;
   if (f.formats.empty()) {
     for (const std::string& name : format_names())
@@ -136,10 +138,53 @@ void run_evaluate(const Globals& globals, const EvaluateFlags& f) {
     for (std::size_t start = 0; start <= f.formats.size();) {
       const std::size_t comma = std::min(f.formats.find(',', start), f.formats.size());
       formats.push_back(f.formats.substr(start, comma - start));
-      check_format_name(*registry, formats.back());
+      check_format_name(registry, formats.back());
       start = comma + 1;
     }
   }
+  return formats;
+}
+
+// The formats, best first, as JSON or a table.
+void print_ranking(const EvaluateFlags& f, const std::vector<KvPair>& pairs, bool q_given,
+                   const std::vector<Row>& rows) {
+  if (f.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const Row& r : rows)
+      out.push_back({{"format", r.format},
+                     {"k_max_error", r.k.max},
+                     {"k_mean_error", r.k.mean},
+                     {"v_max_error", r.v.max},
+                     {"v_mean_error", r.v.mean},
+                     {"attention_max_error", r.attention.max},
+                     {"attention_mean_error", r.attention.mean}});
+    std::cout << nlohmann::json{{"pairs", pairs.size()},
+                                {"tokens", pairs[0].tokens},
+                                {"ranking", out}}
+                     .dump(2)
+              << '\n';
+    return;
+  }
+  std::cout << fmt::format(
+      "{}: {} K/V pair(s), {} tokens x {} KV heads x {}; errors: max |e| / max |x| and mean |e| / "
+      "mean |x| for K and V,\n"
+      "attention: ||out - out_fp32|| / ||out_fp32|| over {} queries; best first\n\n",
+      f.kv, pairs.size(), pairs[0].tokens, pairs[0].kv_heads, pairs[0].head_dim,
+      q_given ? "the given" : std::to_string(f.queries) + " random");
+  std::cout << fmt::format("{:<16} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12}\n", "format", "K max",
+                           "K mean", "V max", "V mean", "attn max", "attn mean");
+  for (const Row& r : rows)
+    std::cout << fmt::format("{:<16} {:>10.2e} {:>10.2e} {:>10.2e} {:>10.2e} {:>12.2e} {:>12.2e}\n",
+                             r.format, r.k.max, r.k.mean, r.v.max, r.v.mean, r.attention.max,
+                             r.attention.mean);
+}
+
+void run_evaluate(const Globals& globals, const EvaluateFlags& f) {
+  const std::vector<KvPair> pairs = read_pairs(f.kv);
+  const std::optional<Tensor> q_tensor = read_queries(f, pairs);
+  const Config base = selected_config(globals);
+  const auto registry = Registry::load(base.plugins);
+  const std::vector<std::string> formats = chosen_formats(f, *registry);
   std::vector<Row> rows;
   for (const std::string& format : formats) {
     Row row{format, {}, {}, {}};
@@ -215,35 +260,7 @@ void run_evaluate(const Globals& globals, const EvaluateFlags& f) {
   }
   std::stable_sort(rows.begin(), rows.end(),
                    [](const Row& a, const Row& b) { return a.attention.mean < b.attention.mean; });
-  if (f.json) {
-    nlohmann::json out = nlohmann::json::array();
-    for (const Row& r : rows)
-      out.push_back({{"format", r.format},
-                     {"k_max_error", r.k.max},
-                     {"k_mean_error", r.k.mean},
-                     {"v_max_error", r.v.max},
-                     {"v_mean_error", r.v.mean},
-                     {"attention_max_error", r.attention.max},
-                     {"attention_mean_error", r.attention.mean}});
-    std::cout << nlohmann::json{{"pairs", pairs.size()},
-                                {"tokens", pairs[0].tokens},
-                                {"ranking", out}}
-                     .dump(2)
-              << '\n';
-    return;
-  }
-  std::cout << fmt::format(
-      "{}: {} K/V pair(s), {} tokens x {} KV heads x {}; errors: max |e| / max |x| and mean |e| / "
-      "mean |x| for K and V,\n"
-      "attention: ||out - out_fp32|| / ||out_fp32|| over {} queries; best first\n\n",
-      f.kv, pairs.size(), pairs[0].tokens, pairs[0].kv_heads, pairs[0].head_dim,
-      q_tensor ? "the given" : std::to_string(f.queries) + " random");
-  std::cout << fmt::format("{:<16} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12}\n", "format", "K max",
-                           "K mean", "V max", "V mean", "attn max", "attn mean");
-  for (const Row& r : rows)
-    std::cout << fmt::format("{:<16} {:>10.2e} {:>10.2e} {:>10.2e} {:>10.2e} {:>12.2e} {:>12.2e}\n",
-                             r.format, r.k.max, r.k.mean, r.v.max, r.v.mean, r.attention.max,
-                             r.attention.mean);
+  print_ranking(f, pairs, q_tensor.has_value(), rows);
 }
 
 }  // namespace

@@ -111,7 +111,16 @@ std::vector<std::string> every_format(const Registry& registry) {
   return names;
 }
 
-void run_plan(const PlanFlags& f, const Registry& registry) {
+// What plan prints: the model, its layer groups, and a row per format and attention layout.
+struct Plan {
+  std::string model_name;
+  ModelShape model;
+  std::uint64_t tokens = 0, memory = 0, weights = 0;
+  std::vector<Group> groups;
+  std::vector<Row> rows;
+};
+
+Plan make_plan(const PlanFlags& f, const Registry& registry) {
   const ModelPreset* preset = find_model_preset(f.preset);
   if (preset == nullptr) {
     std::vector<std::string> names;
@@ -151,7 +160,7 @@ void run_plan(const PlanFlags& f, const Registry& registry) {
   if (m.q_heads != 1) layouts.emplace_back("MQA", 1);
   std::vector<Row> rows;
   for (const std::string& name : every_format(registry)) {
-    StorageFormat layout;
+    TileLayout layout;
     try {
       layout = is_built_in_format(name)
                    ? format_layout(parse_format(name), m.head_dim, f.page_size)
@@ -178,33 +187,45 @@ void run_plan(const PlanFlags& f, const Registry& registry) {
       rows.push_back(std::move(row));
     }
   }
-  if (f.json) {
-    nlohmann::json out = {{"model",
-                           {{"layers", m.layers},
-                            {"q_heads", m.q_heads},
-                            {"kv_heads", m.kv_heads},
-                            {"head_dim", m.head_dim}}},
-                          {"batch", f.batch},
-                          {"context", f.context},
-                          {"tokens_kept", tokens},
-                          {"page_size", f.page_size},
-                          {"memory_bytes", memory},
-                          {"weights_bytes", weights},
-                          {"rows", nlohmann::json::array()}};
-    for (const Row& r : rows)
-      out["rows"].push_back({{"format", r.format},
-                             {"attention", r.attention},
-                             {"kv_heads", r.kv_heads},
-                             {"bytes_per_token", r.bytes_per_token},
-                             {"kv_bytes", r.kv_bytes},
-                             {"pages", r.pages},
-                             {"last_page_waste_tokens", r.last_page_waste},
-                             {"max_batch", r.max_batch},
-                             {"all_global_kv_bytes", r.all_global_kv_bytes},
-                             {"groups", group_json(r.groups)}});
-    std::cout << out.dump(2) << '\n';
-    return;
-  }
+  return {model_name, m, tokens, memory, weights, groups, std::move(rows)};
+}
+
+void print_json(const PlanFlags& f, const Plan& plan) {
+  const ModelShape& m = plan.model;
+  const std::uint64_t tokens = plan.tokens, memory = plan.memory, weights = plan.weights;
+  const std::vector<Row>& rows = plan.rows;
+  nlohmann::json out = {{"model",
+                         {{"layers", m.layers},
+                          {"q_heads", m.q_heads},
+                          {"kv_heads", m.kv_heads},
+                          {"head_dim", m.head_dim}}},
+                        {"batch", f.batch},
+                        {"context", f.context},
+                        {"tokens_kept", tokens},
+                        {"page_size", f.page_size},
+                        {"memory_bytes", memory},
+                        {"weights_bytes", weights},
+                        {"rows", nlohmann::json::array()}};
+  for (const Row& r : rows)
+    out["rows"].push_back({{"format", r.format},
+                           {"attention", r.attention},
+                           {"kv_heads", r.kv_heads},
+                           {"bytes_per_token", r.bytes_per_token},
+                           {"kv_bytes", r.kv_bytes},
+                           {"pages", r.pages},
+                           {"last_page_waste_tokens", r.last_page_waste},
+                           {"max_batch", r.max_batch},
+                           {"all_global_kv_bytes", r.all_global_kv_bytes},
+                           {"groups", group_json(r.groups)}});
+  std::cout << out.dump(2) << '\n';
+}
+
+void print_table(const PlanFlags& f, const Plan& plan) {
+  const ModelShape& m = plan.model;
+  const std::uint64_t tokens = plan.tokens, memory = plan.memory, weights = plan.weights;
+  const std::vector<Group>& groups = plan.groups;
+  const std::vector<Row>& rows = plan.rows;
+  const std::string& model_name = plan.model_name;
   std::cout << fmt::format(
       "{}: {} layers, {} query heads, {} KV heads, head_dim {}; batch {} x {} tokens{}; page {}\n"
       "memory {} - weights {} = {} for the KV cache\n\n",
@@ -227,6 +248,11 @@ void run_plan(const PlanFlags& f, const Registry& registry) {
         r.kv_heads, human(double(r.bytes_per_token)), human(double(r.kv_bytes)), r.pages,
         fmt::format("{} free", r.last_page_waste), r.max_batch,
         hybrid ? fmt::format(" {:>12}", human(double(r.all_global_kv_bytes))) : "");
+}
+
+void run_plan(const PlanFlags& f, const Registry& registry) {
+  const Plan plan = make_plan(f, registry);
+  f.json ? print_json(f, plan) : print_table(f, plan);
 }
 
 }  // namespace

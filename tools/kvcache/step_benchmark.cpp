@@ -151,6 +151,35 @@ Config step_config(const StepBenchOptions& o, const Registry& registry) {
   return config;
 }
 
+// The medians of the steps, what outside means (the step less its appends and the planned
+// steps' attention kernels), and the KV the steps read.
+StepBenchResult summarize(const Cache& cache, const StepBenchOptions& o, const Samples& planned,
+                          const Samples& layered, std::size_t sequences) {
+  StepBenchResult r;
+  r.attention_kernels = median(planned.attention);
+  const auto times = [&](const Samples& s) {
+    StepTimes t{median(s.total), median(s.attention), median(s.append), 0.0};
+    t.outside = t.total - t.append - r.attention_kernels;
+    return t;
+  };
+  r.planned = times(planned);
+  r.layered = times(layered);
+  // At the median step: the cached tokens, two warm-up steps and half the measured ones, or a
+  // sliding layer's window of them.
+  const std::uint64_t held = o.tokens + 2 + o.steps;
+  for (std::size_t g = 0; g < cache.groups().size(); ++g) {
+    const LayerGroupInfo& group = cache.groups()[g];
+    const StoreInfo info = cache.group_store(g).info();
+    const std::uint64_t slot_bytes =
+        (info.k_format.tile_bytes + info.v_format.tile_bytes) / o.page_size;
+    const std::uint64_t seen = group.frees_pages ? std::min<std::uint64_t>(held, o.window) : held;
+    r.kv_bytes += sequences * seen * cache.model().kv_heads * slot_bytes * group.layers.size();
+  }
+  r.used_bytes = cache.stats().used_bytes();
+  r.sequences = static_cast<std::uint32_t>(sequences);
+  return r;
+}
+
 }  // namespace
 
 StepBenchResult run_step_benchmark(std::shared_ptr<const Registry> registry,
@@ -248,29 +277,8 @@ StepBenchResult run_step_benchmark(std::shared_ptr<const Registry> registry,
     }
   }
 
-  StepBenchResult r;
+  StepBenchResult r = summarize(*cache, o, planned, layered, ids.size());
   if (memory != nullptr) r.tensors = memory->name();
-  r.attention_kernels = median(planned.attention);
-  const auto times = [&](const Samples& s) {
-    StepTimes t{median(s.total), median(s.attention), median(s.append), 0.0};
-    t.outside = t.total - t.append - r.attention_kernels;
-    return t;
-  };
-  r.planned = times(planned);
-  r.layered = times(layered);
-  // At the median step: the cached tokens, two warm-up steps and half the measured ones, or a
-  // sliding layer's window of them.
-  const std::uint64_t held = o.tokens + 2 + o.steps;
-  for (std::size_t g = 0; g < cache->groups().size(); ++g) {
-    const LayerGroupInfo& group = cache->groups()[g];
-    const StoreInfo info = cache->group_store(g).info();
-    const std::uint64_t slot_bytes =
-        (info.k_format.tile_bytes + info.v_format.tile_bytes) / o.page_size;
-    const std::uint64_t seen = group.frees_pages ? std::min<std::uint64_t>(held, o.window) : held;
-    r.kv_bytes += ids.size() * seen * m.kv_heads * slot_bytes * group.layers.size();
-  }
-  r.used_bytes = cache->stats().used_bytes();
-  r.sequences = static_cast<std::uint32_t>(ids.size());
   r.capacity_bytes = config.cache.capacity_bytes;
   return r;
 }

@@ -72,6 +72,71 @@ int closed_port() {
   return ntohs(a.sin_port);
 }
 
+// The host that published the prompt waits for its queue to drain: what was written, how fast.
+nlohmann::json measure_writes(Cache& source, const ModelShape& m, std::span<const std::int32_t> ids,
+                              SyntheticRows& rows) {
+  const SeqId id = fill(source, m, ids, false, rows);
+  const auto start = Clock::now();
+  source.publish_prefix(id, ids);
+  const bool drained = source.flush_remote(std::chrono::minutes(2));
+  const double seconds = since(start);
+  const remote::TierStats s = *source.remote_stats();
+  return {{"drained", drained},
+          {"pages", s.written_pages},
+          {"bytes", s.bytes_written},
+          {"value_bytes", s.written_pages ? s.bytes_written / s.written_pages : 0},
+          {"seconds", seconds},
+          {"gbps", static_cast<double>(s.bytes_written) / seconds / 1e9},
+          {"dropped", s.dropped_writes},
+          {"failures", s.failures}};
+}
+
+// Lookups of prefixes of 16, 128 and 1024 pages by a host with no pages of its own.
+nlohmann::json measure_lookups(const Config& config,
+                               const std::shared_ptr<const Registry>& registry,
+                               std::span<const std::int32_t> ids, const TierBenchOptions& o) {
+  const auto reader = Cache::open(config, registry);
+  nlohmann::json lookups = nlohmann::json::array();
+  for (const std::uint32_t n : {16u, 128u, 1024u}) {
+    if (n > o.pages) continue;
+    const std::span<const std::int32_t> prefix(ids.data(), std::size_t{n} * config.cache.page_size);
+    std::vector<double> us;
+    std::uint64_t found = 0;
+    for (std::uint32_t r = 0; r < o.repeats; ++r) {
+      const auto start = Clock::now();
+      found = reader->lookup_prefix(prefix);
+      us.push_back(since(start) * 1e6);
+    }
+    lookups.push_back({{"pages", n},
+                       {"found_pages", found / config.cache.page_size},
+                       {"p50_us", percentile(us, 0.5)},
+                       {"p99_us", percentile(us, 0.99)}});
+  }
+  return lookups;
+}
+
+// A dead store: the same transport at a loopback port nothing listens on. Lookups pay its
+// failures until the breaker opens, then nothing of the store.
+nlohmann::json measure_dead_store(const Config& config,
+                                  const std::shared_ptr<const Registry>& registry,
+                                  std::span<const std::int32_t> ids, const TierBenchOptions& o) {
+  Config dead = config;
+  dead.remote->endpoints = {"127.0.0.1:" + std::to_string(closed_port())};
+  const auto host = Cache::open(dead, registry);
+  const std::span<const std::int32_t> prefix(
+      ids.data(), std::size_t{std::min(o.pages, 16u)} * config.cache.page_size);
+  std::vector<double> until_open, after;
+  for (std::uint32_t i = 0; i < dead.remote->breaker_failures + 20; ++i) {
+    const auto start = Clock::now();
+    (void)host->lookup_prefix(prefix);
+    (i < dead.remote->breaker_failures ? until_open : after).push_back(since(start) * 1e6);
+  }
+  return {{"failures_to_open", dead.remote->breaker_failures},
+          {"until_open_us", until_open},
+          {"after_p50_us", percentile(after, 0.5)},
+          {"after_p99_us", percentile(after, 0.99)}};
+}
+
 }  // namespace
 
 nlohmann::json run_tier_benchmark(Config config, const std::shared_ptr<const Registry>& registry,
@@ -106,44 +171,10 @@ nlohmann::json run_tier_benchmark(Config config, const std::shared_ptr<const Reg
   // Writes: one host publishes the prompt and waits for the queue to drain. It lives to the end:
   // an in-process (memory) space lasts while a host names it.
   const auto source = Cache::open(config, registry);
-  {
-    const SeqId id = fill(*source, m, ids, false, rows);
-    const auto start = Clock::now();
-    source->publish_prefix(id, ids);
-    const bool drained = source->flush_remote(std::chrono::minutes(2));
-    const double seconds = since(start);
-    const remote::TierStats s = *source->remote_stats();
-    result["write"] = {{"drained", drained},
-                       {"pages", s.written_pages},
-                       {"bytes", s.bytes_written},
-                       {"value_bytes", s.written_pages ? s.bytes_written / s.written_pages : 0},
-                       {"seconds", seconds},
-                       {"gbps", static_cast<double>(s.bytes_written) / seconds / 1e9},
-                       {"dropped", s.dropped_writes},
-                       {"failures", s.failures}};
-  }
+  result["write"] = measure_writes(*source, m, ids, rows);
 
   // Lookups: a host with no pages of its own asks how much of a prefix the store holds.
-  {
-    const auto reader = Cache::open(config, registry);
-    nlohmann::json lookups = nlohmann::json::array();
-    for (const std::uint32_t n : {16u, 128u, 1024u}) {
-      if (n > o.pages) continue;
-      const std::span<const std::int32_t> prefix(ids.data(), std::size_t{n} * page);
-      std::vector<double> us;
-      std::uint64_t found = 0;
-      for (std::uint32_t r = 0; r < o.repeats; ++r) {
-        const auto start = Clock::now();
-        found = reader->lookup_prefix(prefix);
-        us.push_back(since(start) * 1e6);
-      }
-      lookups.push_back({{"pages", n},
-                         {"found_pages", found / page},
-                         {"p50_us", percentile(us, 0.5)},
-                         {"p99_us", percentile(us, 0.99)}});
-    }
-    result["lookups"] = lookups;
-  }
+  result["lookups"] = measure_lookups(config, registry, ids, o);
 
   // Pulls against recomputing: per prompt length, a fresh host matches the prefix (pulling,
   // verifying and importing its pages), and another one without the tier computes them.
@@ -196,25 +227,8 @@ nlohmann::json run_tier_benchmark(Config config, const std::shared_ptr<const Reg
   result["lengths"] = lengths;
   result["break_even_pages"] = break_even;  // 0: not within the lengths recomputed
 
-  // A dead store: the same transport at a loopback port nothing listens on. Lookups pay its
-  // failures until the breaker opens, then nothing of the store.
-  if (config.remote->transport.name != "memory") {
-    Config dead = config;
-    dead.remote->endpoints = {"127.0.0.1:" + std::to_string(closed_port())};
-    const auto host = Cache::open(dead, registry);
-    const std::span<const std::int32_t> prefix(ids.data(),
-                                               std::size_t{std::min(o.pages, 16u)} * page);
-    std::vector<double> until_open, after;
-    for (std::uint32_t i = 0; i < dead.remote->breaker_failures + 20; ++i) {
-      const auto start = Clock::now();
-      (void)host->lookup_prefix(prefix);
-      (i < dead.remote->breaker_failures ? until_open : after).push_back(since(start) * 1e6);
-    }
-    result["dead_store"] = {{"failures_to_open", dead.remote->breaker_failures},
-                            {"until_open_us", until_open},
-                            {"after_p50_us", percentile(after, 0.5)},
-                            {"after_p99_us", percentile(after, 0.99)}};
-  }
+  if (config.remote->transport.name != "memory")
+    result["dead_store"] = measure_dead_store(config, registry, ids, o);
   return result;
 }
 

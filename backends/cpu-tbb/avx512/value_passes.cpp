@@ -227,6 +227,60 @@ KVCACHE_AVX512 KVCACHE_INLINE __m512i byte_weights(const __m512i weight[2],
   return _mm512_packus_epi16(product[0], product[1]);
 }
 
+// values_int4_span's weights of a span: per (head, group) the weights times the group's scales
+// rounded to bytes, the unit a byte stands for, and the sum the minima and the codes' middle add.
+template <int G, int D, int S, std::uint32_t Blocks>
+KVCACHE_VBMI __attribute__((always_inline)) inline void span_byte_weights(
+    const Block16* blocks, const GroupParams<D / S> (&params)[Blocks],
+    std::uint8_t (&weights)[G][D / S][kSpan], float (&unit)[G][D / S],
+    float (&minimum_sum)[(G * (D / S) + 15) / 16 * 16]) {
+  constexpr int Groups = D / S;
+  // Per group its scales as words (relative to its largest) and unit's factor: the largest
+  // scale / kLargestByteWeight, over 16 for centered_codes.
+  __m512i scale_words[Groups][2];
+  __m512 top_step[Groups];
+  for (int i = 0; i < Groups; ++i) {
+    __m512 scale[Blocks], top = scale[0] = params[0].scale[i];
+    for (std::uint32_t k = 1; k < Blocks; ++k)
+      top = _mm512_max_ps(top, scale[k] = params[k].scale[i]);
+    top = broadcast_max(top);
+    to_words<Blocks>(scale, _mm512_mul_ps(reciprocal(top), _mm512_set1_ps(kScaleWord)),
+                     scale_words[i]);
+    top_step[i] = _mm512_mul_ps(top, _mm512_set1_ps(kCenteredUnit / kLargestByteWeight));
+  }
+  // What code 8 stands for.
+  __m512 middle[Blocks][Groups];
+  for (std::uint32_t k = 0; k < Blocks; ++k)
+    for (int i = 0; i < Groups; ++i)
+      middle[k][i] =
+          _mm512_fmadd_ps(params[k].scale[i], _mm512_set1_ps(8.0f), params[k].minimum[i]);
+  __m512 terms[(G * Groups + 15) / 16 * 16];
+  for (int g = 0; g < G; ++g) {
+    __m512 w[Blocks];
+    __m512 top = w[0] = _mm512_load_ps(blocks[0].weight + kSpan * g);
+    for (std::uint32_t k = 1; k < Blocks; ++k)
+      top = _mm512_max_ps(top, w[k] = _mm512_load_ps(blocks[k].weight + kSpan * g));
+    top = broadcast_max(top);
+    __m512i weight_words[2];
+    to_words<Blocks>(w, _mm512_mul_ps(reciprocal(top), _mm512_set1_ps(kWeightWord)), weight_words);
+    for (int i = 0; i < Groups; ++i) {
+      __m512 sum = _mm512_setzero_ps();
+      for (std::uint32_t k = 0; k < Blocks; ++k) sum = _mm512_fmadd_ps(w[k], middle[k][i], sum);
+      _mm512_store_si512(weights[g][i], byte_weights(weight_words, scale_words[i]));
+      unit[g][i] = _mm512_cvtss_f32(_mm512_mul_ps(top, top_step[i]));
+      terms[g * Groups + i] = sum;
+    }
+  }
+  if constexpr (G * Groups < 16) {  // fewer sums than a network's 16: one by one
+    for (int i = 0; i < G * Groups; ++i) minimum_sum[i] = _mm512_reduce_add_ps(terms[i]);
+  } else {
+    const __m512i lane_of_slot = _mm512_load_si512(sum_order().lane_of_slot);
+    for (int i = 0; i < G * Groups; i += 16)
+      _mm512_store_ps(minimum_sum + i,
+                      _mm512_permutexvar_ps(lane_of_slot, sum_lanes16<AddFloats>(terms + i)));
+  }
+}
+
 // int4 values in groups of S = 32, 64 or 128 elements, the blocks of a span at once, in integer
 // dot products of byte weights and four rows' codes (vpdpbusd). Per (head, group) the weights
 // times the group's scales are rounded to bytes against the head's largest weight times the
@@ -248,53 +302,7 @@ KVCACHE_VBMI void values_int4_span(const Block16* blocks) {
   alignas(64) std::uint8_t weights[G][Groups][kSpan];
   float unit[G][Groups];
   alignas(64) float minimum_sum[(G * Groups + 15) / 16 * 16];
-  {
-    // Per group its scales as words (relative to its largest) and unit's factor: the largest
-    // scale / kLargestByteWeight, over 16 for centered_codes.
-    __m512i scale_words[Groups][2];
-    __m512 top_step[Groups];
-    for (int i = 0; i < Groups; ++i) {
-      __m512 scale[Blocks], top = scale[0] = params[0].scale[i];
-      for (std::uint32_t k = 1; k < Blocks; ++k)
-        top = _mm512_max_ps(top, scale[k] = params[k].scale[i]);
-      top = broadcast_max(top);
-      to_words<Blocks>(scale, _mm512_mul_ps(reciprocal(top), _mm512_set1_ps(kScaleWord)),
-                       scale_words[i]);
-      top_step[i] = _mm512_mul_ps(top, _mm512_set1_ps(kCenteredUnit / kLargestByteWeight));
-    }
-    // What code 8 stands for.
-    __m512 middle[Blocks][Groups];
-    for (std::uint32_t k = 0; k < Blocks; ++k)
-      for (int i = 0; i < Groups; ++i)
-        middle[k][i] =
-            _mm512_fmadd_ps(params[k].scale[i], _mm512_set1_ps(8.0f), params[k].minimum[i]);
-    __m512 terms[(G * Groups + 15) / 16 * 16];
-    for (int g = 0; g < G; ++g) {
-      __m512 w[Blocks];
-      __m512 top = w[0] = _mm512_load_ps(blocks[0].weight + kSpan * g);
-      for (std::uint32_t k = 1; k < Blocks; ++k)
-        top = _mm512_max_ps(top, w[k] = _mm512_load_ps(blocks[k].weight + kSpan * g));
-      top = broadcast_max(top);
-      __m512i weight_words[2];
-      to_words<Blocks>(w, _mm512_mul_ps(reciprocal(top), _mm512_set1_ps(kWeightWord)),
-                       weight_words);
-      for (int i = 0; i < Groups; ++i) {
-        __m512 sum = _mm512_setzero_ps();
-        for (std::uint32_t k = 0; k < Blocks; ++k) sum = _mm512_fmadd_ps(w[k], middle[k][i], sum);
-        _mm512_store_si512(weights[g][i], byte_weights(weight_words, scale_words[i]));
-        unit[g][i] = _mm512_cvtss_f32(_mm512_mul_ps(top, top_step[i]));
-        terms[g * Groups + i] = sum;
-      }
-    }
-    if constexpr (G * Groups < 16) {  // fewer sums than a network's 16: one by one
-      for (int i = 0; i < G * Groups; ++i) minimum_sum[i] = _mm512_reduce_add_ps(terms[i]);
-    } else {
-      const __m512i lane_of_slot = _mm512_load_si512(sum_order().lane_of_slot);
-      for (int i = 0; i < G * Groups; i += 16)
-        _mm512_store_ps(minimum_sum + i,
-                        _mm512_permutexvar_ps(lane_of_slot, sum_lanes16<AddFloats>(terms + i)));
-    }
-  }
+  span_byte_weights<G, D, S, Blocks>(blocks, params, weights, unit, minimum_sum);
   const __m512i index[2] = {_mm512_load_si512(kNibbleQuads.index[0]),
                             _mm512_load_si512(kNibbleQuads.index[1])};
   // Unrolled, so that each weight quad's place is a constant distance from `quads`.

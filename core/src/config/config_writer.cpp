@@ -68,12 +68,8 @@ void emit_component(YAML::Emitter& out, const ComponentChoice& choice) {
   out << YAML::EndMap;
 }
 
-}  // namespace
-
-std::string to_yaml(const Config& config) {
-  YAML::Emitter out;
-  out << YAML::Comment("kvcache configuration resolved from " + config.origin);
-  out << YAML::BeginMap;
+// model: the shape and RoPE.
+void emit_model(YAML::Emitter& out, const Config& config) {
   out << YAML::Key << "model" << YAML::Value << YAML::Flow << YAML::BeginMap;
   out << YAML::Key << "layers" << YAML::Value << config.model.layers;
   out << YAML::Key << "q_heads" << YAML::Value << config.model.q_heads;
@@ -97,6 +93,81 @@ std::string to_yaml(const Config& config) {
     out << YAML::EndMap;
   }
   out << YAML::EndMap;
+}
+
+// layers: the groups, each its mask, formats and layers.
+void emit_layers(YAML::Emitter& out, const Config& config) {
+  out << YAML::Key << "layers" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "groups" << YAML::Value << YAML::BeginMap;
+  for (const LayerGroup& group : config.layer_groups) {
+    out << YAML::Key << group.name << YAML::Value << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "mask" << YAML::Value;
+    emit_component(out, group.mask);
+    out << YAML::Key << "format" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "k" << YAML::Value;
+    emit_component(out, group.k_format);
+    out << YAML::Key << "v" << YAML::Value;
+    emit_component(out, group.v_format);
+    out << YAML::EndMap;
+    out << YAML::Key << "layers" << YAML::Value << layer_ranges(group.layers);
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
+  out << YAML::Key << "context" << YAML::Value << config.group_context;
+  if (config.group_rollback > 0)
+    out << YAML::Key << "rollback" << YAML::Value << config.group_rollback;
+  out << YAML::EndMap;
+}
+
+// plugins: the paths a file named and the plugins it requires.
+void emit_plugins(YAML::Emitter& out, const Config& config) {
+  // env_paths are left out: they come from KVCACHE_PLUGIN_PATH, not from a file.
+  out << YAML::Key << "plugins" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  out << YAML::Key << "paths" << YAML::Value << YAML::BeginSeq;
+  for (const PluginPath& path : config.plugins.paths) {
+    if (!path.required) {
+      out << path.path;
+      continue;
+    }
+    out << YAML::BeginMap << YAML::Key << "path" << YAML::Value << path.path;
+    out << YAML::Key << "required" << YAML::Value << true << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+  out << YAML::Key << "required" << YAML::Value << YAML::BeginSeq;
+  for (const RequiredPlugin& plugin : config.plugins.required) out << plugin.name;
+  out << YAML::EndSeq << YAML::EndMap;
+}
+
+// remote: the shared tier.
+void emit_remote(YAML::Emitter& out, const RemoteSettings& r) {
+  out << YAML::Key << "remote" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "transport" << YAML::Value << YAML::Flow;
+  emit_component(out, r.transport);
+  out << YAML::Key << "endpoints" << YAML::Value << YAML::Flow << r.endpoints;
+  out << YAML::Key << "namespace" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  out << YAML::Key << "label" << YAML::Value << r.label;
+  if (!r.salt_env.empty()) out << YAML::Key << "salt_env" << YAML::Value << r.salt_env;
+  out << YAML::EndMap;
+  out << YAML::Key << "model" << YAML::Value << YAML::DoubleQuoted << r.model;
+  out << YAML::Key << "write" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  out << YAML::Key << "queue" << YAML::Value << format_size(r.queue_bytes) << YAML::EndMap;
+  out << YAML::Key << "read" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  out << YAML::Key << "min_pages" << YAML::Value << r.min_pages;
+  out << YAML::Key << "batch_pages" << YAML::Value << r.batch_pages;
+  out << YAML::Key << "deadline_ms" << YAML::Value << r.deadline_ms << YAML::EndMap;
+  out << YAML::Key << "breaker" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  out << YAML::Key << "failures" << YAML::Value << r.breaker_failures;
+  out << YAML::Key << "open_ms" << YAML::Value << r.breaker_open_ms << YAML::EndMap;
+  out << YAML::EndMap;
+}
+
+}  // namespace
+
+std::string to_yaml(const Config& config) {
+  YAML::Emitter out;
+  out << YAML::Comment("kvcache configuration resolved from " + config.origin);
+  out << YAML::BeginMap;
+  emit_model(out, config);
   out << YAML::Key << "backend" << YAML::Value << YAML::Flow << YAML::BeginSeq;
   for (const ComponentChoice& backend : config.backends) emit_component(out, backend);
   out << YAML::EndSeq;
@@ -115,65 +186,9 @@ std::string to_yaml(const Config& config) {
   emit_component(out, config.mask);
   out << YAML::Key << "eviction" << YAML::Value << YAML::Flow;
   emit_component(out, config.eviction);
-  if (!config.layer_groups.empty()) {
-    out << YAML::Key << "layers" << YAML::Value << YAML::BeginMap;
-    out << YAML::Key << "groups" << YAML::Value << YAML::BeginMap;
-    for (const LayerGroup& group : config.layer_groups) {
-      out << YAML::Key << group.name << YAML::Value << YAML::Flow << YAML::BeginMap;
-      out << YAML::Key << "mask" << YAML::Value;
-      emit_component(out, group.mask);
-      out << YAML::Key << "format" << YAML::Value << YAML::BeginMap;
-      out << YAML::Key << "k" << YAML::Value;
-      emit_component(out, group.k_format);
-      out << YAML::Key << "v" << YAML::Value;
-      emit_component(out, group.v_format);
-      out << YAML::EndMap;
-      out << YAML::Key << "layers" << YAML::Value << layer_ranges(group.layers);
-      out << YAML::EndMap;
-    }
-    out << YAML::EndMap;
-    out << YAML::Key << "context" << YAML::Value << config.group_context;
-    if (config.group_rollback > 0)
-      out << YAML::Key << "rollback" << YAML::Value << config.group_rollback;
-    out << YAML::EndMap;
-  }
-  // env_paths are left out: they come from KVCACHE_PLUGIN_PATH, not from a file.
-  out << YAML::Key << "plugins" << YAML::Value << YAML::Flow << YAML::BeginMap;
-  out << YAML::Key << "paths" << YAML::Value << YAML::BeginSeq;
-  for (const PluginPath& path : config.plugins.paths) {
-    if (!path.required) {
-      out << path.path;
-      continue;
-    }
-    out << YAML::BeginMap << YAML::Key << "path" << YAML::Value << path.path;
-    out << YAML::Key << "required" << YAML::Value << true << YAML::EndMap;
-  }
-  out << YAML::EndSeq;
-  out << YAML::Key << "required" << YAML::Value << YAML::BeginSeq;
-  for (const RequiredPlugin& plugin : config.plugins.required) out << plugin.name;
-  out << YAML::EndSeq << YAML::EndMap;
-  if (config.remote) {
-    const RemoteSettings& r = *config.remote;
-    out << YAML::Key << "remote" << YAML::Value << YAML::BeginMap;
-    out << YAML::Key << "transport" << YAML::Value << YAML::Flow;
-    emit_component(out, r.transport);
-    out << YAML::Key << "endpoints" << YAML::Value << YAML::Flow << r.endpoints;
-    out << YAML::Key << "namespace" << YAML::Value << YAML::Flow << YAML::BeginMap;
-    out << YAML::Key << "label" << YAML::Value << r.label;
-    if (!r.salt_env.empty()) out << YAML::Key << "salt_env" << YAML::Value << r.salt_env;
-    out << YAML::EndMap;
-    out << YAML::Key << "model" << YAML::Value << YAML::DoubleQuoted << r.model;
-    out << YAML::Key << "write" << YAML::Value << YAML::Flow << YAML::BeginMap;
-    out << YAML::Key << "queue" << YAML::Value << format_size(r.queue_bytes) << YAML::EndMap;
-    out << YAML::Key << "read" << YAML::Value << YAML::Flow << YAML::BeginMap;
-    out << YAML::Key << "min_pages" << YAML::Value << r.min_pages;
-    out << YAML::Key << "batch_pages" << YAML::Value << r.batch_pages;
-    out << YAML::Key << "deadline_ms" << YAML::Value << r.deadline_ms << YAML::EndMap;
-    out << YAML::Key << "breaker" << YAML::Value << YAML::Flow << YAML::BeginMap;
-    out << YAML::Key << "failures" << YAML::Value << r.breaker_failures;
-    out << YAML::Key << "open_ms" << YAML::Value << r.breaker_open_ms << YAML::EndMap;
-    out << YAML::EndMap;
-  }
+  if (!config.layer_groups.empty()) emit_layers(out, config);
+  emit_plugins(out, config);
+  if (config.remote) emit_remote(out, *config.remote);
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }
