@@ -18,6 +18,8 @@ function(kvcache_add_plugin name)
   if(ARG_OUTPUT_DIR)
     set_target_properties(${target} PROPERTIES LIBRARY_OUTPUT_DIRECTORY "${ARG_OUTPUT_DIR}")
   endif()
+  # The host's headers refuse to compile here (kvcache/host_only.hpp).
+  target_compile_definitions(${target} PRIVATE KVCACHE_PLUGIN_BUILD)
   if(TARGET kvcache::sdk)
     target_link_libraries(${target} PRIVATE kvcache::sdk)
   endif()

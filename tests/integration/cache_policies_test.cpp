@@ -119,7 +119,7 @@ TEST(CachePolicies, StreamingKeepsMemoryConstantAndAttentionExact) {
   config.model = {1, 2, 1, 16};
   config.backends = {{.name = "cpu-tbb"}};
   config.cache = {16, 4ull << 20, false};
-  config.k_quantizer = config.v_quantizer = {.name = "fp32"};
+  config.k_format = config.v_format = {.name = "fp32"};
   config.mask = {.name = "sink-window", .options = {{"sinks", 4}, {"window", 1024}}};
   config.eviction = {.name = "streaming", .options = {{"sinks", 4}, {"window", 1024}}};
   const auto cache = Cache::open(config, registry());

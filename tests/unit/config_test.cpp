@@ -60,7 +60,7 @@ void expect_same_values(const Config& a, const Config& b) {
   EXPECT_EQ(a.cache.capacity_bytes, b.cache.capacity_bytes);
   EXPECT_EQ(a.cache.prefix_caching, b.cache.prefix_caching);
   for (const auto& [x, y] :
-       {std::pair{&a.k_quantizer, &b.k_quantizer}, std::pair{&a.v_quantizer, &b.v_quantizer},
+       {std::pair{&a.k_format, &b.k_format}, std::pair{&a.v_format, &b.v_format},
         std::pair{&a.mask, &b.mask}, std::pair{&a.eviction, &b.eviction}}) {
     EXPECT_EQ(x->name, y->name);
     EXPECT_EQ(x->options, y->options) << x->options.dump() << " vs " << y->options.dump();
@@ -147,8 +147,8 @@ TEST(DefaultConfig, IsTheEmbeddedYaml) {
   EXPECT_EQ(c.cache.page_size, 16u);
   EXPECT_EQ(c.cache.capacity_bytes, 2 * kGiB);
   EXPECT_TRUE(c.cache.prefix_caching);
-  EXPECT_EQ(c.k_quantizer.name, "fp16");
-  EXPECT_EQ(c.v_quantizer.name, "fp16");
+  EXPECT_EQ(c.k_format.name, "fp16");
+  EXPECT_EQ(c.v_format.name, "fp16");
   EXPECT_EQ(c.mask.name, "causal");
   EXPECT_EQ(c.mask.options, nlohmann::json::object());
   EXPECT_EQ(c.eviction.name, "none");
@@ -167,7 +167,7 @@ TEST(Overlay, AFileStatesOnlyWhatDiffers) {
   EXPECT_EQ(c.cache.prefix_caching, defaults.cache.prefix_caching);
   EXPECT_EQ(c.model, defaults.model);
   EXPECT_EQ(c.backend_names(), defaults.backend_names());
-  EXPECT_EQ(c.k_quantizer.name, "fp16");
+  EXPECT_EQ(c.k_format.name, "fp16");
   EXPECT_EQ(c.mask.name, "causal");
   EXPECT_EQ(c.eviction.name, "none");
 }
@@ -386,34 +386,34 @@ TEST(Components, APresentSectionReplacesTheWholeChoice) {
 
 TEST(Components, QuantizerNameSetsBoth) {
   const Config c = parse_config("quantizer: int8-per-token\n", "test.yaml", kNoEnv);
-  EXPECT_EQ(c.k_quantizer.name, "int8-per-token");
-  EXPECT_EQ(c.v_quantizer.name, "int8-per-token");
-  EXPECT_EQ(c.v_quantizer.where.column, 12);
+  EXPECT_EQ(c.k_format.name, "int8-per-token");
+  EXPECT_EQ(c.v_format.name, "int8-per-token");
+  EXPECT_EQ(c.v_format.where.column, 12);
 }
 
 // `format` is the section's name; `quantizer`, its old one, still reads the same, but not both.
 TEST(Components, FormatIsTheSectionAndQuantizerItsOldName) {
   const Config c = parse_config("format: {k: int8-per-token, v: int4-group}\n", "t", kNoEnv);
-  EXPECT_EQ(c.k_quantizer.name, "int8-per-token");
-  EXPECT_EQ(c.v_quantizer.name, "int4-group");
-  EXPECT_EQ(c.v_quantizer.where.column, 32);
+  EXPECT_EQ(c.k_format.name, "int8-per-token");
+  EXPECT_EQ(c.v_format.name, "int4-group");
+  EXPECT_EQ(c.v_format.where.column, 32);
   const auto twice = diagnostics_of("format: fp16\nquantizer: int8-per-token\n");
   ASSERT_EQ(twice.size(), 1u);
   expect_error(twice[0], 2, 12, "quantizer", "'quantizer' is the old name of 'format'");
   const Config from_env = parse_config("", "t", {{"KVCACHE_FORMAT_V", "int4-group"}});
-  EXPECT_EQ(from_env.v_quantizer.name, "int4-group");
-  EXPECT_EQ(from_env.k_quantizer.name, "fp16");
+  EXPECT_EQ(from_env.v_format.name, "int4-group");
+  EXPECT_EQ(from_env.k_format.name, "fp16");
 }
 
 TEST(Components, QuantizerMappingSetsWhatItNames) {
   const Config both = parse_config(
       "quantizer: {k: int8-per-token, v: {name: int4-group, group: 64}}\n", "t", kNoEnv);
-  EXPECT_EQ(both.k_quantizer.name, "int8-per-token");
-  EXPECT_EQ(both.v_quantizer.name, "int4-group");
-  EXPECT_EQ(both.v_quantizer.options, nlohmann::json::parse(R"({"group": 64})"));
+  EXPECT_EQ(both.k_format.name, "int8-per-token");
+  EXPECT_EQ(both.v_format.name, "int4-group");
+  EXPECT_EQ(both.v_format.options, nlohmann::json::parse(R"({"group": 64})"));
   const Config only_v = parse_config("quantizer: {v: int4-group}\n", "t", kNoEnv);
-  EXPECT_EQ(only_v.k_quantizer.name, "fp16");
-  EXPECT_EQ(only_v.v_quantizer.name, "int4-group");
+  EXPECT_EQ(only_v.k_format.name, "fp16");
+  EXPECT_EQ(only_v.v_format.name, "int4-group");
 }
 
 TEST(Plugins, PathsAsStringsOrMappings) {
@@ -616,9 +616,9 @@ TEST(Environment, OverridesSingleKeys) {
   EXPECT_EQ(c.cache.page_size, 64u);
   EXPECT_EQ(c.cache.capacity_bytes, 512 * kMiB);
   EXPECT_FALSE(c.cache.prefix_caching);
-  EXPECT_EQ(c.k_quantizer.name, "int8-per-token");
-  EXPECT_EQ(c.v_quantizer.name, "int4-group");
-  EXPECT_EQ(c.v_quantizer.options, nlohmann::json::object());
+  EXPECT_EQ(c.k_format.name, "int8-per-token");
+  EXPECT_EQ(c.v_format.name, "int4-group");
+  EXPECT_EQ(c.v_format.options, nlohmann::json::object());
   EXPECT_EQ(c.mask.name, "sliding-window");
   EXPECT_EQ(c.mask.options, nlohmann::json::object());
   EXPECT_EQ(c.mask.where.origin, "environment variable KVCACHE_MASK");

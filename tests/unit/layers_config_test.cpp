@@ -60,7 +60,7 @@ TEST(Layers, APatternRepeatsOverTheLayers) {
   EXPECT_EQ(local.mask.options.at("window"), 1024);
   // What a group does not name is the top-level section's.
   EXPECT_EQ(global.mask.name, c.mask.name);
-  EXPECT_EQ(local.k_format.name, c.k_quantizer.name);
+  EXPECT_EQ(local.k_format.name, c.k_format.name);
   EXPECT_EQ(global.k_format.name, "int8-per-token");
   EXPECT_EQ(global.v_format.name, "int8-per-token");
 }
@@ -100,7 +100,7 @@ TEST(Layers, OneGroupForEveryLayerIsTheUniformCase) {
       "test.yaml", kNoEnv);
   EXPECT_TRUE(c.layer_groups.empty());
   EXPECT_EQ(c.mask.name, "sliding-window");
-  EXPECT_EQ(c.k_quantizer.name, "fp16");
+  EXPECT_EQ(c.k_format.name, "fp16");
 }
 
 TEST(Layers, TheWrittenConfigReadsBackTheSame) {

@@ -31,8 +31,8 @@
 #include "fixture.hpp"
 #include "kvcache/formats.hpp"
 #include "kvcache/numeric.hpp"
-#include "kvcache/query_rotation.hpp"
 #include "kvcache/reference_attention.hpp"
+#include "kvcache/rope.hpp"
 
 namespace kvcache::conformance {
 namespace {

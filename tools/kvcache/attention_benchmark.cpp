@@ -17,8 +17,8 @@
 #include "fma_peak.hpp"
 #include "kvcache/formats.hpp"
 #include "kvcache/host_tensor.hpp"
-#include "kvcache/query_rotation.hpp"
 #include "kvcache/registry.hpp"
+#include "kvcache/rope.hpp"
 #include "kvcache/status.hpp"
 #include "memory_bandwidth.hpp"
 

@@ -201,7 +201,7 @@ void run_evaluate(const Globals& globals, const EvaluateFlags& f) {
                       static_cast<std::uint32_t>(p.kv_heads),
                       static_cast<std::uint32_t>(p.head_dim)};
       config.cache.page_size = 32;  // kivi-k's default group fits
-      config.k_quantizer = config.v_quantizer = {.name = format};
+      config.k_format = config.v_format = {.name = format};
       config.layer_groups.clear();  // one layer in `format`
       config.cache.capacity_bytes = (static_cast<std::uint64_t>(p.tokens) / 32 + 2) *
                                     page_cost(store_spec(config, *registry));

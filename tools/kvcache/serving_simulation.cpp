@@ -469,8 +469,8 @@ nlohmann::json run_serving_simulation(const Config& config,
     report["quant_error_unavailable"] = e.what();
   }
   report["backend"] = cache->backend();
-  report["k_format"] = config.k_quantizer.name;
-  report["v_format"] = config.v_quantizer.name;
+  report["k_format"] = config.k_format.name;
+  report["v_format"] = config.v_format.name;
   report["eviction"] = config.eviction.name;
   report["simulated_layers"] = layers;
   report["model_layers"] = config.model.layers;

@@ -177,8 +177,8 @@ void run_attention(const Globals& globals, const AttentionFlags& f) {
   config.model = {1, static_cast<std::uint32_t>(q_heads), static_cast<std::uint32_t>(kv_heads),
                   static_cast<std::uint32_t>(dim)};
   config.cache.page_size = f.page_size;
-  config.k_quantizer = {.name = f.k_format};
-  config.v_quantizer = {.name = f.v_format};
+  config.k_format = {.name = f.k_format};
+  config.v_format = {.name = f.v_format};
   config.layer_groups.clear();  // one layer, under --mask
   // The registry first: a format from a plugin is sized by its own component.
   const auto registry = Registry::load(config.plugins);

@@ -165,8 +165,8 @@ nlohmann::json run_tier_benchmark(Config config, const std::shared_ptr<const Reg
   SyntheticRows rows(7);
   nlohmann::json result = {{"pages", o.pages},
                            {"page_size", page},
-                           {"k_format", config.k_quantizer.name},
-                           {"v_format", config.v_quantizer.name}};
+                           {"k_format", config.k_format.name},
+                           {"v_format", config.v_format.name}};
 
   // Writes: one host publishes the prompt and waits for the queue to drain. It lives to the end:
   // an in-process (memory) space lasts while a host names it.

@@ -21,6 +21,7 @@
 #include "kvcache/eviction.hpp"
 #include "kvcache/eviction_report.hpp"
 #include "kvcache/export.hpp"
+#include "kvcache/host_only.hpp"
 #include "kvcache/mask.hpp"
 #include "kvcache/registry.hpp"
 #include "kvcache/remote/tier_stats.hpp"

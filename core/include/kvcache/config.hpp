@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvcache/export.hpp"
+#include "kvcache/host_only.hpp"
 #include "kvcache/rope.hpp"
 #include "kvcache/status.hpp"
 #include "kvcache/types.hpp"
@@ -126,12 +127,12 @@ struct Config {
     return names;
   }
   CacheSettings cache;
-  ComponentChoice k_quantizer;
-  ComponentChoice v_quantizer;
+  ComponentChoice k_format;
+  ComponentChoice v_format;
   ComponentChoice mask;
   ComponentChoice eviction;  // name "none": no eviction
   // Two or more groups, which cover every layer once; empty: every layer attends under `mask`
-  // and stores in k_quantizer / v_quantizer (a section of one group says the same).
+  // and stores in k_format / v_format (a section of one group says the same).
   std::vector<LayerGroup> layer_groups;
   // layers.context: the sequence length that each group's share of cache.capacity is sized for
   // (docs/configuration.md#layers).

@@ -7,6 +7,7 @@
 
 #include "kvcache/eviction.hpp"
 #include "kvcache/export.hpp"
+#include "kvcache/host_only.hpp"
 #include "kvcache/status.hpp"
 #include "kvcache/types.hpp"
 

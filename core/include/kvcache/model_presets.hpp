@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kvcache/export.hpp"
+#include "kvcache/host_only.hpp"
 #include "kvcache/rope.hpp"
 #include "kvcache/types.hpp"
 

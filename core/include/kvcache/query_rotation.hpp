@@ -3,15 +3,14 @@
 // sinks see it at its position within the cache, not in the whole stream); the host turns that
 // difference into a rotation of the query's RoPE pairs, and a backend applies it to the query
 // before the range's keys, which stay as stored (quantized ones included). QueryRotations is
-// header-only: backends use it without linking the host's library.
+// header-only: backends use it without linking the host's library; the host makes the table of
+// a step's rotations (RotationTable, rope.hpp).
 #pragma once
 
 #include <cstdint>
 #include <span>
-#include <vector>
 
-#include "kvcache/export.hpp"
-#include "kvcache/rope.hpp"
+#include "kvcache/rope_style.hpp"
 #include "kvcache/types.hpp"
 
 namespace kvcache {
@@ -42,21 +41,5 @@ struct QueryRotations {
     }
   }
 };
-
-// The rotations a host makes (and owns) for a step: for each query i and its range k, where the
-// mask placed the query (positions[i * max_ranges + k]) minus where it is (queries[i]); a range
-// where the two agree takes none. No rotation at all when every query stands at its own position.
-struct RotationTable {
-  RopeStyle style = RopeStyle::neox;
-  std::uint32_t rotary_dims = 0;
-  std::vector<float> cos_sin;
-  std::vector<std::uint32_t> range_rotation;
-  QueryRotations view() const { return {style, rotary_dims, cos_sin, range_rotation}; }
-};
-KVCACHE_API RotationTable rotation_table(const Rope& rope, std::span<const double> frequencies,
-                                         std::span<const Position> queries,
-                                         std::span<const std::uint32_t> counts,
-                                         std::uint32_t max_ranges,
-                                         std::span<const Position> positions);
 
 }  // namespace kvcache

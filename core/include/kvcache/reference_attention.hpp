@@ -7,6 +7,7 @@
 #include <span>
 
 #include "kvcache/export.hpp"
+#include "kvcache/host_only.hpp"
 #include "kvcache/rope.hpp"
 #include "kvcache/types.hpp"
 

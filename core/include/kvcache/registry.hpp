@@ -18,6 +18,7 @@
 #include "kvcache/config.hpp"
 #include "kvcache/eviction.hpp"
 #include "kvcache/export.hpp"
+#include "kvcache/host_only.hpp"
 #include "kvcache/mask.hpp"
 #include "kvcache/quantizer.hpp"
 #include "kvcache/remote/byte_store.hpp"

@@ -11,14 +11,12 @@
 #include <vector>
 
 #include "kvcache/export.hpp"
+#include "kvcache/host_only.hpp"
+#include "kvcache/query_rotation.hpp"
+#include "kvcache/rope_style.hpp"
+#include "kvcache/types.hpp"
 
 namespace kvcache {
-
-// Which elements of a head rotate together.
-enum class RopeStyle : std::uint32_t {
-  neox = 0,  // element i with i + dims / 2 (rotate_half: Llama, Mistral, Qwen in Hugging Face)
-  gptj = 1,  // element 2i with 2i + 1 (GPT-J, llama.cpp's own order)
-};
 
 // Longer contexts from the trained frequencies: each pair's frequency scaled.
 struct RopeScaling {
@@ -52,5 +50,21 @@ KVCACHE_API std::vector<double> rope_frequencies(const Rope& rope, std::uint32_t
 // double precision.
 KVCACHE_API void rope_rotate(const Rope& rope, std::span<const double> frequencies,
                              double positions, std::span<float> row);
+
+// The rotations a host makes (and owns) for a step: for each query i and its range k, where the
+// mask placed the query (positions[i * max_ranges + k]) minus where it is (queries[i]); a range
+// where the two agree takes none. No rotation at all when every query stands at its own position.
+struct RotationTable {
+  RopeStyle style = RopeStyle::neox;
+  std::uint32_t rotary_dims = 0;
+  std::vector<float> cos_sin;
+  std::vector<std::uint32_t> range_rotation;
+  QueryRotations view() const { return {style, rotary_dims, cos_sin, range_rotation}; }
+};
+KVCACHE_API RotationTable rotation_table(const Rope& rope, std::span<const double> frequencies,
+                                         std::span<const Position> queries,
+                                         std::span<const std::uint32_t> counts,
+                                         std::uint32_t max_ranges,
+                                         std::span<const Position> positions);
 
 }  // namespace kvcache

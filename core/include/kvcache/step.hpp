@@ -27,6 +27,7 @@
 
 #include "kvcache/eviction_report.hpp"
 #include "kvcache/export.hpp"
+#include "kvcache/host_only.hpp"
 #include "kvcache/types.hpp"
 
 namespace kvcache {

@@ -19,10 +19,10 @@ StoreSpec store_spec(const Config& config) {
   spec.page_size = config.cache.page_size;
   spec.capacity_bytes = config.cache.capacity_bytes;
   spec.prefix_caching = config.cache.prefix_caching;
-  spec.k_format = config.k_quantizer.name;
-  spec.k_options = config.k_quantizer.options;
-  spec.v_format = config.v_quantizer.name;
-  spec.v_options = config.v_quantizer.options;
+  spec.k_format = config.k_format.name;
+  spec.k_options = config.k_format.options;
+  spec.v_format = config.v_format.name;
+  spec.v_options = config.v_format.options;
   return spec;
 }
 
@@ -50,8 +50,8 @@ void attach_tier(Cache::Impl& impl, Cache::Impl::Group& group, RemoteSettings re
                   "remote.namespace.salt_env names " + remote.salt_env + ", which is not set");
     settings.salt = salt;
   }
-  settings.formats = {config.k_quantizer.name, config.k_quantizer.options, config.v_quantizer.name,
-                      config.v_quantizer.options};
+  settings.formats = {config.k_format.name, config.k_format.options, config.v_format.name,
+                      config.v_format.options};
   std::unique_ptr<remote::ByteStore> transport = remote::make_transport(remote, *impl.registry);
   if (const auto why = remote::TieredStore::unsupported(*group.store, config.model)) {
     spdlog::warn("shared tier off: backend {}: {}", impl.backend_name, *why);
@@ -71,7 +71,7 @@ void attach_tier(Cache::Impl& impl, Cache::Impl::Group& group, RemoteSettings re
 std::vector<std::pair<LayerGroup, Config>> group_configs(const Config& config) {
   std::vector<LayerGroup> groups = config.layer_groups;
   if (groups.empty()) {
-    LayerGroup all{"all", config.mask, config.k_quantizer, config.v_quantizer, {}, {}};
+    LayerGroup all{"all", config.mask, config.k_format, config.v_format, {}, {}};
     all.layers.resize(config.model.layers);
     std::iota(all.layers.begin(), all.layers.end(), 0u);
     groups.push_back(std::move(all));
@@ -81,8 +81,8 @@ std::vector<std::pair<LayerGroup, Config>> group_configs(const Config& config) {
     Config c = config;
     c.model.layers = static_cast<std::uint32_t>(group.layers.size());
     c.mask = group.mask;
-    c.k_quantizer = group.k_format;
-    c.v_quantizer = group.v_format;
+    c.k_format = group.k_format;
+    c.v_format = group.v_format;
     c.layer_groups.clear();
     out.emplace_back(std::move(group), std::move(c));
   }
@@ -192,7 +192,7 @@ std::unique_ptr<Cache> Cache::open(const Config& config, std::shared_ptr<const R
     impl->frees_pages = impl->frees_pages || g.info.frees_pages;
     if (g.info.frees_pages)
       for (const auto& [key, choice] :
-           {std::pair{"format.k", &c.k_quantizer}, std::pair{"format.v", &c.v_quantizer}})
+           {std::pair{"format.k", &c.k_format}, std::pair{"format.v", &c.v_format}})
         if (registry->create_quantizer(choice->name, choice->options)
                 ->describe(c.model.head_dim, c.cache.page_size)
                 .granularity == Granularity::channel)

@@ -69,7 +69,7 @@ void Overlay::section(YamlReader& reader, const std::string& name, const Field& 
     }
     // A plain name sets both; a mapping sets the ones it names.
     if (value.node.IsScalar()) {
-      if (reader.component(value, config_.k_quantizer)) config_.v_quantizer = config_.k_quantizer;
+      if (reader.component(value, config_.k_format)) config_.v_format = config_.k_format;
     } else if (value.node.IsMap()) {
       reader.for_each_entry(value, {"k", "v"}, visit(&Overlay::quantizer_key));
     } else {
@@ -222,7 +222,7 @@ void Overlay::cache_key(YamlReader& reader, const std::string& key, const Field&
 }
 
 void Overlay::quantizer_key(YamlReader& reader, const std::string& key, const Field& value) {
-  reader.component(value, key == "k" ? config_.k_quantizer : config_.v_quantizer);
+  reader.component(value, key == "k" ? config_.k_format : config_.v_format);
 }
 
 void Overlay::plugins_key(YamlReader& reader, const std::string& key, const Field& value) {

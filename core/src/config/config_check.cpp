@@ -53,8 +53,8 @@ void check_layer_groups(const Config& config, const Registry& registry,
           },
           out);
     for (const auto& [suffix, choice, top] :
-         {std::tuple{".format.k", &group.k_format, &config.k_quantizer},
-          std::tuple{".format.v", &group.v_format, &config.v_quantizer}}) {
+         {std::tuple{".format.k", &group.k_format, &config.k_format},
+          std::tuple{".format.v", &group.v_format, &config.v_format}}) {
       if (same(*choice, *top)) continue;
       check_choice(
           *choice, key + suffix,
@@ -106,10 +106,10 @@ std::vector<Diagnostic> check_components(const Config& config, const Registry& r
     registry.create_quantizer(name, options)
         ->describe(config.model.head_dim, config.cache.page_size);
   };
-  check_choice(config.k_quantizer, "format.k", quantizer, out);
-  const bool same_choice = config.v_quantizer.name == config.k_quantizer.name &&
-                           config.v_quantizer.options == config.k_quantizer.options;
-  if (!same_choice) check_choice(config.v_quantizer, "format.v", quantizer, out);
+  check_choice(config.k_format, "format.k", quantizer, out);
+  const bool same_choice = config.v_format.name == config.k_format.name &&
+                           config.v_format.options == config.k_format.options;
+  if (!same_choice) check_choice(config.v_format, "format.v", quantizer, out);
   // The chosen backend (the first available one) must run both formats.
   for (const ComponentChoice& backend : config.backends) {
     const ComponentInfo* info = registry.find(ComponentKind::backend, backend.name);
@@ -179,7 +179,7 @@ std::vector<Diagnostic> check_components(const Config& config, const Registry& r
 std::vector<Diagnostic> format_refusals(const Config& config, const ComponentInfo& backend) {
   std::vector<Diagnostic> out;
   for (const auto& [key, choice] :
-       {std::pair{"format.k", &config.k_quantizer}, std::pair{"format.v", &config.v_quantizer}})
+       {std::pair{"format.k", &config.k_format}, std::pair{"format.v", &config.v_format}})
     if (const auto why = format_refusal(backend, choice->name))
       out.push_back({Diagnostic::Severity::error, choice->where, key, *why});
   return out;
@@ -211,7 +211,7 @@ std::optional<Diagnostic> token_drop_check(const Config& config, const Registry&
   const std::optional<bool> drops = policy.drops_tokens();
   if (drops == false) return std::nullopt;
   for (const auto& [key, choice] :
-       {std::pair{"format.k", &config.k_quantizer}, std::pair{"format.v", &config.v_quantizer}}) {
+       {std::pair{"format.k", &config.k_format}, std::pair{"format.v", &config.v_format}}) {
     const TileLayout f = registry.create_quantizer(choice->name, choice->options)
                              ->describe(config.model.head_dim, config.cache.page_size);
     if (f.granularity != Granularity::channel) continue;

@@ -178,9 +178,9 @@ std::string to_yaml(const Config& config) {
   out << YAML::EndMap;
   out << YAML::Key << "format" << YAML::Value << YAML::Flow << YAML::BeginMap;
   out << YAML::Key << "k" << YAML::Value;
-  emit_component(out, config.k_quantizer);
+  emit_component(out, config.k_format);
   out << YAML::Key << "v" << YAML::Value;
-  emit_component(out, config.v_quantizer);
+  emit_component(out, config.v_format);
   out << YAML::EndMap;
   out << YAML::Key << "mask" << YAML::Value << YAML::Flow;
   emit_component(out, config.mask);

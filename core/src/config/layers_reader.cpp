@@ -248,8 +248,8 @@ void resolve_layers(const LayersSection& section, Config& config, std::vector<Di
   for (const LayersSection::Group& g : section.groups)
     groups.push_back({g.name,
                       g.mask.value_or(config.mask),
-                      g.k_format.value_or(config.k_quantizer),
-                      g.v_format.value_or(config.v_quantizer),
+                      g.k_format.value_or(config.k_format),
+                      g.v_format.value_or(config.v_format),
                       {},
                       g.where});
   std::vector<std::uint32_t> left_out;
@@ -274,8 +274,8 @@ void resolve_layers(const LayersSection& section, Config& config, std::vector<Di
   config.group_rollback = section.rollback;
   if (groups.size() == 1) {  // one group for every layer: the uniform case
     config.mask = groups[0].mask;
-    config.k_quantizer = groups[0].k_format;
-    config.v_quantizer = groups[0].v_format;
+    config.k_format = groups[0].k_format;
+    config.v_format = groups[0].v_format;
     config.layer_groups.clear();
     return;
   }

@@ -1,6 +1,6 @@
 #include <cmath>
 
-#include "kvcache/query_rotation.hpp"
+#include "kvcache/rope.hpp"
 
 namespace kvcache {
 

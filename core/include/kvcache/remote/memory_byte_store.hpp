@@ -12,6 +12,7 @@
 #include <string>
 
 #include "kvcache/export.hpp"
+#include "kvcache/host_only.hpp"
 #include "kvcache/remote/byte_store.hpp"
 
 namespace kvcache::remote {

@@ -18,6 +18,7 @@
 
 #include "kvcache/cache_store.hpp"
 #include "kvcache/export.hpp"
+#include "kvcache/host_only.hpp"
 #include "kvcache/types.hpp"
 
 namespace kvcache::remote {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kvcache/export.hpp"
+#include "kvcache/host_only.hpp"
 #include "kvcache/remote/page_key.hpp"
 
 namespace kvcache::remote {

@@ -24,6 +24,7 @@
 #include "kvcache/config.hpp"
 #include "kvcache/export.hpp"
 #include "kvcache/forwarding_store.hpp"
+#include "kvcache/host_only.hpp"
 #include "kvcache/remote/byte_store.hpp"
 #include "kvcache/remote/page_key.hpp"
 #include "kvcache/remote/tier_stats.hpp"

@@ -9,6 +9,7 @@
 
 #include "kvcache/config.hpp"
 #include "kvcache/export.hpp"
+#include "kvcache/host_only.hpp"
 #include "kvcache/registry.hpp"
 #include "kvcache/remote/byte_store.hpp"
 
