@@ -6,9 +6,9 @@
 #include <string>
 #include <thread>
 
-#include "cpu_attention.hpp"
-#include "cpu_features.hpp"
-#include "paged_store.hpp"
+#include "attention/cpu_attention.hpp"
+#include "kernels/cpu_features.hpp"
+#include "store/paged_store.hpp"
 
 namespace kvcache::cpu {
 namespace {

@@ -1,7 +1,7 @@
 #include "numerics.hpp"
 
-#include "block16.hpp"
-#include "cpu_features.hpp"
+#include "kernels/block16.hpp"
+#include "kernels/cpu_features.hpp"
 
 namespace kvcache::cpu {
 

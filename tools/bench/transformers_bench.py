@@ -5,8 +5,8 @@ Instruct in float32 (docs/transformers.md). Run with the environment of tools/tr
     PYTHONPATH=build/python $env/bin/python tools/bench/transformers_bench.py perplexity
     ... decode [--prompts 512 4096 8192] [--batches 1 8] | ttft [--redis]
 
-perplexity: llama.cpp's protocol as kvcache.eval runs it (Pride and Prejudice in the tokenizer of
-kvcache.models, chunks of 1,024 tokens prefilled in steps of 256, each chunk's second half
+perplexity: llama.cpp's protocol as kvcache_lab.eval runs it (Pride and Prejudice in the tokenizer of
+kvcache_lab.models, chunks of 1,024 tokens prefilled in steps of 256, each chunk's second half
 scored), but through transformers' model. decode: tokens/s of greedy decoding after a prompt,
 with the peak KV bytes. ttft: a second request sharing a 2,048-token system prompt, with and
 without prefix reuse, in one process or across two through Redis.
@@ -29,8 +29,8 @@ from transformers import AutoModelForCausalLM, DynamicCache, QuantizedCache
 
 import kvcache
 import kvcache.transformers as kt
-from kvcache.eval.scoring import paired_delta, perplexity
-from kvcache.models import austen, fetch, gguf_llama
+from kvcache_lab.eval.scoring import paired_delta, perplexity
+from kvcache_lab.models import austen, fetch, gguf_llama
 
 
 def load(attn):
