@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import kvcache.transformers  # registers attn_implementation="kvcache"
-from kvcache.models import fetch
+from kvcache_lab.models import fetch
 
 
 def main():

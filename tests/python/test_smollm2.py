@@ -15,7 +15,7 @@ TEXT = ("It is a truth universally acknowledged, that a single man in possession
 
 @pytest.fixture(scope="module")
 def smollm2():
-    from kvcache.models import fetch, gguf_llama, llama
+    from kvcache_lab.models import fetch, gguf_llama, llama
     try:
         path = fetch.smollm2_gguf()
     except fetch.ModelUnavailable as e:
@@ -139,7 +139,7 @@ def test_a_hybrid_cache_equals_the_dense_recompute_under_each_layers_mask(smollm
     sees its own mask; the windowed layers hold only their window's pages (and the sinks').
     (A window of 16 without sinks drops SmolLM2's attention sink, and its activations grow
     until float32's rounding, not the cache, moves logits by 1e-3.)"""
-    from kvcache.models import llama
+    from kvcache_lab.models import llama
     model, tok = smollm2
     ids = (tok.encode(TEXT).ids * 2)[:72]
     layers = {"groups": {"local": {"mask": local}, "global": {}},
@@ -183,11 +183,11 @@ def test_cache_positions_equal_streamingllms_recompute(smollm2):
 
 
 def test_the_accuracy_experiment_in_small(smollm2):
-    """python -m kvcache.eval --smoke --ctx 512: two chunks of Pride and Prejudice, fp32, fp16,
+    """python -m kvcache_lab.eval --smoke --ctx 512: two chunks of Pride and Prejudice, fp32, fp16,
     int8 and int4; the figures must be sane as the field reports them (fp16 free, int8 under 1%,
     loss growing as bits shrink)."""
-    from kvcache.eval import formats as experiment
-    from kvcache.models.fetch import ModelUnavailable
+    from kvcache_lab.eval import formats as experiment
+    from kvcache_lab.models.fetch import ModelUnavailable
     formats = [f for f in experiment.FORMATS if f[0] in experiment.SMOKE]
     try:
         rows = {r["format"]: r for r in experiment.run(formats, 2, 512, 256, False, None)}
@@ -202,13 +202,13 @@ def test_the_accuracy_experiment_in_small(smollm2):
 
 
 def test_the_streaming_control_scores_every_later_copy_alike(smollm2):
-    """python -m kvcache.eval --streaming --text repeat, in small: one passage of 128 tokens three
+    """python -m kvcache_lab.eval --streaming --text repeat, in small: one passage of 128 tokens three
     times, 4 sinks + a window of 28 at positions within the cache. The second and third copies
     see the same inputs (the sinks, the window and, through the layers, the previous copy's
     tail) at the same cache positions, so their buckets score alike (only the rotations' rounding
     differs) although the third sits 128 positions farther; memory stays constant."""
-    from kvcache.eval import streaming
-    from kvcache.models.fetch import ModelUnavailable
+    from kvcache_lab.eval import streaming
+    from kvcache_lab.models.fetch import ModelUnavailable
     name = "4 sinks + 28, cache positions"
     try:
         (row,) = streaming.run(3 * 128, 128, 4, 32, 32, 32, None, only={name}, text="repeat")
@@ -229,7 +229,7 @@ def test_kvcache_evaluate_ranks_the_models_own_kv(smollm2, tmp_path):
     import json
     import os
     import subprocess
-    from kvcache.models import dump_kv
+    from kvcache_lab.models import dump_kv
     tool = os.environ.get("KVCACHE_TOOL")
     if not tool:
         pytest.skip("KVCACHE_TOOL (the kvcache tool's path) is not set; ctest sets it")
@@ -244,8 +244,8 @@ def test_kvcache_evaluate_ranks_the_models_own_kv(smollm2, tmp_path):
 def test_the_tokenizer_round_trips_the_corpus(smollm2):
     """Every novel of the corpus encodes and decodes back to itself; digits are split one by
     one (SmolLM's pre-tokenizer) and no BOS is added."""
-    from kvcache.models import austen
-    from kvcache.models.fetch import ModelUnavailable
+    from kvcache_lab.models import austen
+    from kvcache_lab.models.fetch import ModelUnavailable
     _, tok = smollm2
     try:
         books = [austen.book(b) for b in austen.BOOKS]

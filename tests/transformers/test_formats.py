@@ -16,7 +16,7 @@ BOUNDS = {"fp16": (0.9, 0.1), "bf16": (0.7, 1.0), "int8-per-token": (0.7, 1.0),
 @pytest.fixture(scope="module")
 def prompt_ids(smollm2):
     from transformers import AutoTokenizer
-    from kvcache.models import fetch
+    from kvcache_lab.models import fetch
     path = fetch.smollm2_gguf()
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     return torch.tensor([tok(PROMPT).input_ids])

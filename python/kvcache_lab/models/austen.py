@@ -12,7 +12,7 @@ import struct
 import subprocess
 import zlib
 
-from kvcache.models.fetch import ModelUnavailable, cache_dir
+from kvcache_lab.models.fetch import ModelUnavailable, cache_dir
 
 DATA = pathlib.Path("/usr/lib/R/site-library/janeaustenr/data")
 BOOKS = ("prideprejudice", "sensesensibility", "mansfieldpark", "emma", "northangerabbey",

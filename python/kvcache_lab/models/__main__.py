@@ -1,11 +1,11 @@
-"""python -m kvcache.models [PROMPT] [--format F] [--tokens N]: SmolLM2-135M-Instruct answers one
+"""python -m kvcache_lab.models [PROMPT] [--format F] [--tokens N]: SmolLM2-135M-Instruct answers one
 chat turn greedily, its K/V in a kvcache Cache (cpu-tbb) stored in format F."""
 
 import argparse
 import time
 
 import kvcache
-from kvcache.models import fetch, gguf_llama, llama
+from kvcache_lab.models import fetch, gguf_llama, llama
 
 
 def main():

@@ -1,4 +1,4 @@
-"""python -m kvcache.eval.plot RESULT_JSON OUT_SVG: the masks or streaming experiment's perplexity per
+"""python -m kvcache_lab.eval.plot RESULT_JSON OUT_SVG: the masks or streaming experiment's perplexity per
 bucket of tokens, one line per row, as a plain SVG (no plotting library needed)."""
 
 import json

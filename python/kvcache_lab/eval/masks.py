@@ -1,4 +1,4 @@
-"""What masks and eviction cost over a long stream (python -m kvcache.eval --masks).
+"""What masks and eviction cost over a long stream (python -m kvcache_lab.eval --masks).
 
 StreamingLLM's setting: one stream of --stream tokens (several streams from different parts of
 Pride and Prejudice), fed in steps of --prefill tokens, every token from --first on scored. Rows:
@@ -13,8 +13,8 @@ import time
 import numpy as np
 
 import kvcache
-from kvcache.eval.scoring import log_softmax, paired_delta, perplexity
-from kvcache.models import austen, fetch, gguf_llama, llama
+from kvcache_lab.eval.scoring import log_softmax, paired_delta, perplexity
+from kvcache_lab.models import austen, fetch, gguf_llama, llama
 
 
 def rows_for(window):

@@ -1,4 +1,4 @@
-"""What each storage format costs SmolLM2-135M-Instruct's perplexity (python -m kvcache.eval).
+"""What each storage format costs SmolLM2-135M-Instruct's perplexity (python -m kvcache_lab.eval).
 
 llama.cpp's protocol: Pride and Prejudice tokenized, cut into chunks of --ctx tokens, each chunk
 a fresh sequence prefilled through kvcache, the second half of each chunk scored. Per format: the
@@ -15,8 +15,8 @@ import time
 import numpy as np
 
 import kvcache
-from kvcache.eval.scoring import log_softmax, paired_delta, perplexity
-from kvcache.models import austen, fetch, gguf_llama, llama
+from kvcache_lab.eval.scoring import log_softmax, paired_delta, perplexity
+from kvcache_lab.models import austen, fetch, gguf_llama, llama
 
 # name, K format, V format (a format: a name or {name, options...})
 FORMATS = [

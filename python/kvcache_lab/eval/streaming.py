@@ -1,4 +1,4 @@
-"""Streaming past the trained context (python -m kvcache.eval --streaming): what RoPE positions
+"""Streaming past the trained context (python -m kvcache_lab.eval --streaming): what RoPE positions
 within the cache do for SmolLM2-135M-Instruct.
 
 One stream of --tokens tokens (by default 8x the model's trained context of 8,192: the first
@@ -22,8 +22,8 @@ import time
 import numpy as np
 
 import kvcache
-from kvcache.eval.scoring import log_softmax, perplexity
-from kvcache.models import austen, fetch, gguf_llama, llama
+from kvcache_lab.eval.scoring import log_softmax, perplexity
+from kvcache_lab.models import austen, fetch, gguf_llama, llama
 
 BOOKS = ("prideprejudice", "emma", "mansfieldpark", "sensesensibility")
 

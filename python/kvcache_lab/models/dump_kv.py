@@ -1,4 +1,4 @@
-"""python -m kvcache.models.dump_kv OUT_DIR [--layers 0,14,29] [--tokens 2048]: SmolLM2's keys
+"""python -m kvcache_lab.models.dump_kv OUT_DIR [--layers 0,14,29] [--tokens 2048]: SmolLM2's keys
 and values of some layers over Pride and Prejudice, as `kvcache evaluate` reads them: one .npy
 per layer, float32 [2, tokens, kv_heads, head_dim] (K then V, K after RoPE, as the cache holds
 them), gathered from an fp32 cache."""
@@ -9,7 +9,7 @@ import pathlib
 import numpy as np
 
 import kvcache
-from kvcache.models import austen, fetch, gguf_llama, llama
+from kvcache_lab.models import austen, fetch, gguf_llama, llama
 
 
 def dump(out, layers, tokens, model=None, tokenizer=None):

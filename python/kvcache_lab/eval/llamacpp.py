@@ -1,11 +1,11 @@
-"""python -m kvcache.eval.llamacpp: the outside check. The same GGUF, the same tokens and the
+"""python -m kvcache_lab.eval.llamacpp: the outside check. The same GGUF, the same tokens and the
 same protocol as formats.py (chunks of --ctx, the second half of each scored), through llama.cpp
 itself with its f16, q8_0 and q4_0 K/V. Needs llama-cpp-python, built from source in an
 environment of its own (not CI's, not .venv's):
 
     python3 -m venv /tmp/lcpp && /tmp/lcpp/bin/pip install numpy gguf tokenizers
     CMAKE_BUILD_PARALLEL_LEVEL=2 /tmp/lcpp/bin/pip install --no-binary llama-cpp-python llama-cpp-python
-    PYTHONPATH=build/python /tmp/lcpp/bin/python -m kvcache.eval.llamacpp
+    PYTHONPATH=build/python /tmp/lcpp/bin/python -m kvcache_lab.eval.llamacpp
 
 llama.cpp's matrix products quantize activations, so its perplexity is not ours exactly; a wrong
 RoPE or tokenizer on either side would be off by far more than a few percent."""
@@ -14,8 +14,8 @@ import argparse
 
 import numpy as np
 
-from kvcache.eval.scoring import log_softmax, paired_delta, perplexity
-from kvcache.models import austen, fetch, gguf_llama
+from kvcache_lab.eval.scoring import log_softmax, paired_delta, perplexity
+from kvcache_lab.models import austen, fetch, gguf_llama
 
 KV_TYPES = (("f16", 1), ("q8_0", 8), ("q4_0", 2))  # ggml type ids
 

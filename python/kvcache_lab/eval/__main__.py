@@ -1,4 +1,4 @@
-"""python -m kvcache.eval [--masks | --streaming] ...: the accuracy experiments on SmolLM2-135M-Instruct.
+"""python -m kvcache_lab.eval [--masks | --streaming] ...: the accuracy experiments on SmolLM2-135M-Instruct.
 
 Without --masks, what each storage format costs (llama.cpp's perplexity protocol, see
 formats.py); with --masks, what masks and eviction cost over a long stream (masks.py); with
@@ -7,7 +7,7 @@ formats.py); with --masks, what masks and eviction cost over a long stream (mask
 
 import argparse
 
-from kvcache.eval import formats, masks, streaming
+from kvcache_lab.eval import formats, masks, streaming
 
 
 def main():
