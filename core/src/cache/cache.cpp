@@ -79,21 +79,26 @@ Cache::Impl::Visible Cache::Impl::visible_for(const Group& group, std::span<cons
   return v;
 }
 
+std::unique_ptr<StepPlan> Cache::Impl::plan_group(const Group& group, std::span<const SeqId> ids,
+                                                  std::span<const SeqId> own,
+                                                  std::span<const std::uint32_t> counts) const {
+  const Visible visible = visible_for(group, ids, counts);
+  StepRequest request;
+  request.sequences = own;
+  request.query_counts = counts;
+  request.visible = visible.view();
+  request.accumulate_scores = wants_scores();
+  return group.attention->plan(*group.kv, request);
+}
+
 void Cache::Impl::attend(std::uint32_t layer, std::span<const SeqId> ids,
                          std::span<const std::uint32_t> counts, const DLTensor& q, DLTensor& out) {
   const LayerPlace& at = place(layer);
   Group& group = groups[at.group];
   for (const SeqId id : ids) info(id);
   mark_used(ids);
-  const Visible visible = visible_for(group, ids, counts);
-  const std::vector<SeqId> own = group.own(ids);
   // A step of one layer: the one path every attention takes.
-  StepRequest request;
-  request.sequences = own;
-  request.query_counts = counts;
-  request.visible = visible.view();
-  request.accumulate_scores = wants_scores();
-  const std::unique_ptr<StepPlan> plan = group.attention->plan(*group.kv, request);
+  const std::unique_ptr<StepPlan> plan = plan_group(group, ids, group.own(ids), counts);
   group.attention->run(*group.kv, *plan, at.layer, q, out);
 }
 

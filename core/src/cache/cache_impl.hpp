@@ -113,6 +113,11 @@ struct Cache::Impl {
   // For the newest counts[i] tokens of ids[i] (one each when counts is empty).
   Visible visible_for(const Group& group, std::span<const SeqId> ids,
                       std::span<const std::uint32_t> counts) const;
+  // The group's attention planned for the newest counts[i] tokens of ids[i] (the cache's ids;
+  // `own` the same in the group's store): a step's every layer, or one per-layer call.
+  std::unique_ptr<StepPlan> plan_group(const Group& group, std::span<const SeqId> ids,
+                                       std::span<const SeqId> own,
+                                       std::span<const std::uint32_t> counts) const;
   // Marks the sequences used in this step.
   void mark_used(std::span<const SeqId> ids) {
     for (const SeqId id : ids) info(id).last_used_step = step;

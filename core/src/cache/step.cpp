@@ -166,14 +166,8 @@ Step Cache::begin_step(std::span<const SeqId> ids, std::span<const std::uint32_t
                     : std::span<const std::uint32_t>(s->new_tokens);
     c.mark_used(s->sequences);
     for (const Impl::Group& group : c.groups) {
-      const Impl::Visible visible = c.visible_for(group, s->sequences, counts);
       s->own.push_back(group.own(s->sequences));
-      StepRequest request;
-      request.sequences = s->own.back();
-      request.query_counts = counts;
-      request.visible = visible.view();
-      request.accumulate_scores = c.wants_scores();
-      s->plans.push_back(group.attention->plan(*group.kv, request));
+      s->plans.push_back(c.plan_group(group, s->sequences, s->own.back(), counts));
     }
   } catch (...) {  // the mask or the plan failed: the reserve is undone, its evictions reported
     c.undo_reserve(s->sequences, s->new_tokens);

@@ -23,6 +23,17 @@ class HostPlan final : public StepPlan {
   void* handle_;
 };
 
+// A query's rotations as the C ABI passes them (ABI 1.6), viewing `r`'s arrays.
+kvc_query_rotation rotations_of(const QueryRotations& r) {
+  return {sizeof(kvc_query_rotation),
+          static_cast<std::uint32_t>(r.style),
+          r.rotary_dims,
+          0,
+          r.count(),
+          r.cos_sin.data(),
+          r.range_rotation.data()};
+}
+
 // What a plugin older than ABI 1.4 (per-layer decode and prefill, no plan) is given for a step:
 // the request, copied, which each layer's run passes to its decode or prefill.
 class PerLayerPlan final : public StepPlan {
@@ -36,11 +47,8 @@ class PerLayerPlan final : public StepPlan {
         cos_sin_(r.visible.rotations.cos_sin.begin(), r.visible.rotations.cos_sin.end()),
         range_rotation_(r.visible.rotations.range_rotation.begin(),
                         r.visible.rotations.range_rotation.end()),
-        rotation_{
-            sizeof(kvc_query_rotation),      static_cast<std::uint32_t>(r.visible.rotations.style),
-            r.visible.rotations.rotary_dims, 0,
-            r.visible.rotations.count(),     cos_sin_.data(),
-            range_rotation_.data()},
+        rotation_(rotations_of({r.visible.rotations.style, r.visible.rotations.rotary_dims,
+                                cos_sin_, range_rotation_})),
         scale_(r.scale),
         accumulate_scores_(r.accumulate_scores) {}
   PerLayerPlan(const PerLayerPlan&) = delete;  // rotation_ points into its own members
@@ -117,7 +125,10 @@ class HostAttention final : public Attention {
   void run(CacheStore& store, const StepPlan& plan, std::uint32_t layer, const DLTensor& q,
            DLTensor& out) override {
     void* kv = store_handle(store, *a_->library());
-    if (const auto* copy = dynamic_cast<const PerLayerPlan*>(&plan); copy != nullptr && !plans_) {
+    if (!plans_) {
+      const auto* copy = dynamic_cast<const PerLayerPlan*>(&plan);
+      if (copy == nullptr)
+        throw Error(Code::invalid_argument, a_->who() + ": the plan is another attention's");
       const kvc_attention_args args = copy->args(layer, q, out);
       a_->call(copy->prefill() ? &kvc_attention_table::prefill : &kvc_attention_table::decode, kv,
                &args);
@@ -150,16 +161,6 @@ class HostAttention final : public Attention {
                   a_->who() +
                       ": query rotations: one entry per range and whole rotations of an "
                       "even rotary_dims expected");
-  }
-
-  static kvc_query_rotation rotations_of(const QueryRotations& r) {
-    return {sizeof(kvc_query_rotation),
-            static_cast<std::uint32_t>(r.style),
-            r.rotary_dims,
-            0,
-            r.count(),
-            r.cos_sin.data(),
-            r.range_rotation.data()};
   }
 
   std::unique_ptr<PluginInstance<kvc_attention_table>> a_;
