@@ -125,15 +125,17 @@ echo "JSON lines: $results"
 
 step "decode steps at batch 1 (4096 tokens, 32 layers, Llama-3-8B heads): time per layer"
 # With host tensors (`kvcache bench step`), and with q, out and the new K/V rows in device memory
-# as an engine holds them (kvcache-device-step-benchmark-cuda).
+# as an engine holds them (kvcache-device-step-benchmark-cuda), the last also on the engine's stream
+# (one wait a step, at finish).
 step_args=(--batch 1 --tokens 4096 --layers 32 --q-heads 32 --kv-heads 8 --head-dim 128 --steps 30)
 for f in fp16 int8-per-token; do
-  for program in "kvcache bench step --backend cuda --json" kvcache-device-step-benchmark-cuda; do
+  for program in "kvcache bench step --backend cuda --json" kvcache-device-step-benchmark-cuda \
+                 "kvcache-device-step-benchmark-cuda --engine-stream"; do
     read -r -a command <<<"$program"
     [[ -x $build/bin/${command[0]} ]] || continue
     if line=$("$build/bin/${command[0]}" "${command[@]:1}" --format "$f" "${step_args[@]}" 2>&1); then
       echo "$line" >>"$results"
-      echo "$line" | python3 -c 'import json,sys; r=json.load(sys.stdin); p=r["planned"]; l=r["per_layer"]; n=r["layers"]; print("%-16s tensors on %-14s planned once: %.1f us a layer (attention calls %.1f us); planned per layer: %.1f us" % (r["format"], r["tensors"], p["step_seconds"] / n * 1e6, r["attention_kernel_seconds"] / n * 1e6, l["step_seconds"] / n * 1e6))'
+      echo "$line" | python3 -c 'import json,sys; r=json.load(sys.stdin); p=r["planned"]; l=r["per_layer"]; n=r["layers"]; print("%-16s tensors on %-14s%s planned once: %.1f us a layer (attention calls %.1f us); planned per layer: %.1f us" % (r["format"], r["tensors"], " (engine stream)" if r.get("engine_stream") else "", p["step_seconds"] / n * 1e6, r["attention_kernel_seconds"] / n * 1e6, l["step_seconds"] / n * 1e6))'
     else
       echo "$f ($program) FAILED: $line"
       status=1

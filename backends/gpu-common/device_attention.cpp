@@ -17,6 +17,7 @@ namespace kvcache::gpu {
 // offsets), laid out and uploaded once; the layers' runs reuse it.
 struct DevicePlan final : StepPlan {
   const DeviceStore* store = nullptr;
+  std::optional<EngineStream> engine;  // the engine's stream for every call of the step
   paging::AttentionPlan slots;
   bool accumulate_scores = false;
   float scale = 0.0f;
@@ -24,13 +25,13 @@ struct DevicePlan final : StepPlan {
   std::uint64_t max_visible = 0, score_floats = 0, logits = 0;
   std::vector<std::uint64_t> sequence_scores;  // per sequence: its first score in the download
   StagingLayout layout;                        // kept: the upload reads it asynchronously
-  DeviceBuffer memory;
+  std::unique_ptr<StreamBuffer> memory;        // freed in the stream's order, after the step
   std::uint64_t pages_at = 0, page_offset_at = 0, span_offset_at = 0, spans_at = 0, items_at = 0,
                 first_item_at = 0, arrived_at = 0, logit_offset_at = 0, score_offset_at = 0;
   // Query rotations (positions within the cache): how many, and their query and angles.
   std::uint32_t rotations = 0;
   std::uint64_t rotation_query_at = 0, cos_sin_at = 0;
-  std::uint8_t* at(std::uint64_t offset) const { return memory.as<std::uint8_t>() + offset; }
+  std::uint8_t* at(std::uint64_t offset) const { return memory->as<std::uint8_t>() + offset; }
 };
 
 // Queries and outputs in pageable host memory of up to this size pass through the attention's
@@ -49,6 +50,14 @@ DeviceStore& device_store(CacheStore& base) {
     throw Error(Code::unsupported,
                 std::string(kVendor) + " attention reads " + kVendor + " stores only");
   return *store;
+}
+
+const DevicePlan& device_plan(const DeviceStore& store, const StepPlan& step, const char* call) {
+  const auto* plan = dynamic_cast<const DevicePlan*>(&step);
+  if (plan == nullptr || plan->store != &store)
+    throw Error(Code::invalid_argument,
+                std::string(call) + ": the plan was made for another store or attention");
+  return *plan;
 }
 
 // Formats that group tokens: per query and K/V, the first slot whose row waits in the residual
@@ -154,7 +163,7 @@ WorkItems work_items(const paging::AttentionPlan& plan, std::uint32_t kv_heads, 
 
 // Positions within the cache: each rotation's query turned into `turned`, before the attention.
 float* rotate_queries(const DevicePlan& p, const AttentionArgs& a, float* turned,
-                      const Stream& stream) {
+                      const StreamView& stream) {
   const paging::AttentionPlan& plan = p.slots;
   RotateArgs r;
   r.q = a.q;
@@ -174,7 +183,7 @@ float* rotate_queries(const DevicePlan& p, const AttentionArgs& a, float* turned
 // Accumulated scores: each slot's weights summed over the heads into `scores`, after the
 // attention, and downloaded.
 std::vector<float> score_pass(const DevicePlan& p, const AttentionArgs& a, float* scores,
-                              const Stream& stream) {
+                              const StreamView& stream) {
   ScoreArgs s;
   s.queries = static_cast<std::uint32_t>(p.slots.queries);
   s.q_heads = a.q_heads;
@@ -196,14 +205,15 @@ std::vector<float> score_pass(const DevicePlan& p, const AttentionArgs& a, float
 
 std::unique_ptr<DevicePlan> DeviceAttention::make_plan(DeviceStore& store,
                                                        paging::AttentionPlan slots,
-                                                       bool accumulate_scores, float scale) const {
+                                                       const StepRequest& request) {
   const paging::PageBook& book = store.book();
   const ModelShape& model = book.spec().model;
   const std::uint32_t kv_heads = model.kv_heads, group = model.q_heads / kv_heads;
   auto p = std::make_unique<DevicePlan>();
   p->store = &store;
-  p->accumulate_scores = accumulate_scores;
-  p->scale = scale;
+  p->engine = request.stream;
+  p->accumulate_scores = request.accumulate_scores;
+  p->scale = request.scale;
   const paging::AttentionPlan& plan = slots;
   // The plan as flat arrays.
   std::vector<std::uint32_t> pages, span_offset{0};
@@ -260,10 +270,10 @@ std::unique_ptr<DevicePlan> DeviceAttention::make_plan(DeviceStore& store,
     p->cos_sin_at = layout.copy(plan.cos_sin);
   }
   p->arrived_at = layout.reserve(units * 4);
-  const Stream& stream = store.stream();
+  const StreamView stream = store.enter(p->engine);
   stream.activate();
-  p->memory.reserve(std::max<std::uint64_t>(layout.size(), 16));
-  stream.upload(p->memory.as<std::uint8_t>(), layout.host().data(), layout.host().size());
+  p->memory = std::make_unique<StreamBuffer>(std::max<std::uint64_t>(layout.size(), 16), stream);
+  stream.upload(p->at(0), layout.host().data(), layout.host().size());
   stream.fill(p->at(p->arrived_at), 0, units * 4);  // the merge's counters, kept at 0 by each run
   p->slots = std::move(slots);
   return p;
@@ -272,18 +282,31 @@ std::unique_ptr<DevicePlan> DeviceAttention::make_plan(DeviceStore& store,
 std::unique_ptr<StepPlan> DeviceAttention::plan(CacheStore& base, const StepRequest& r) {
   DeviceStore& store = device_store(base);
   const auto lock = store.lock();
-  return make_plan(store, paging::plan_step(store.book(), r), r.accumulate_scores, r.scale);
+  return make_plan(store, paging::plan_step(store.book(), r), r);
 }
 
 void DeviceAttention::run(CacheStore& base, const StepPlan& step, std::uint32_t layer,
                           const DLTensor& q, DLTensor& out) {
   DeviceStore& store = device_store(base);
-  const auto* plan = dynamic_cast<const DevicePlan*>(&step);
-  if (plan == nullptr || plan->store != &store)
-    throw Error(Code::invalid_argument, "run: the plan was made for another store or attention");
+  const DevicePlan* plan = &device_plan(store, step, "run");
   const auto lock = store.lock();
   paging::check_step_layer(store.book(), plan->slots, layer, q, out);
   run_layer(store, *plan, layer, q, out);
+}
+
+void DeviceAttention::finish(CacheStore& base, const StepPlan& step, void* event) {
+  DeviceStore& store = device_store(base);
+  const DevicePlan& plan = device_plan(store, step, "finish");
+  if (!plan.engine) return;  // each call waited for its own work
+  const auto lock = store.lock();
+  const StreamView stream = store.enter(plan.engine);
+  stream.activate();
+  if (event != nullptr) {
+    stream.record(event);
+    return;
+  }
+  stream.synchronize();
+  store.waited(stream);
 }
 
 // One layer on an uploaded plan: the rows of token groups still being filled (formats that group
@@ -296,7 +319,7 @@ void DeviceAttention::run_layer(DeviceStore& store, const DevicePlan& p, std::ui
   const ModelShape& model = book.spec().model;
   const std::uint32_t heads = model.q_heads, kv_heads = model.kv_heads, dim = model.head_dim;
   const std::uint32_t group = heads / kv_heads;
-  const Stream& stream = store.stream();
+  const StreamView stream = store.enter(p.engine);
   const TensorView q = view_of(q_in, plan.queries, heads, dim, stream.device(), "q");
   const TensorView out = view_of(out_in, plan.queries, heads, dim, stream.device(), "out");
   if (plan.queries == 0) return;
@@ -315,19 +338,19 @@ void DeviceAttention::run_layer(DeviceStore& store, const DevicePlan& p, std::ui
   const std::uint64_t turned_at = layout.reserve(std::uint64_t{p.rotations} * heads * dim * 4);
   const std::uint64_t logits_at = scores ? layout.reserve(p.logits * heads * 4) : 0;
   const std::uint64_t scores_at = scores ? layout.reserve(p.score_floats * 4) : 0;
-  auto* device = static_cast<std::uint8_t*>(work_.reserve(layout.size()));
+  auto* device = static_cast<std::uint8_t*>(store.scratch().reserve(layout.size()));
   const auto at = [&](std::uint64_t offset) { return device + offset; };
 
   const bool stage_q = !q.on_device && q.pageable && q.bytes <= kStagedBytes;
   const bool stage_out = !out.on_device && out.pageable && out.bytes <= kStagedBytes;
   const std::uint64_t staged_out_at = stage_q ? (q.bytes + 15) / 16 * 16 : 0;
   std::uint8_t* staging = stage_q || stage_out
-                              ? staging_.reserve(staged_out_at + (stage_out ? out.bytes : 0))
+                              ? store.pinned().reserve(staged_out_at + (stage_out ? out.bytes : 0))
                               : nullptr;
-  // Should a launch or a copy fail midway, copies from or into staging_ may still be in flight:
+  // Should a launch or a copy fail midway, copies from or into the staging may still be in flight:
   // the stream is drained before the error leaves, so that the next call may reuse the buffer.
   struct DrainOnError {
-    const Stream& stream;
+    const StreamView& stream;
     int exceptions = std::uncaught_exceptions();
     ~DrainOnError() {
       if (std::uncaught_exceptions() > exceptions) (void)GPU(StreamSynchronize)(stream.get());
@@ -382,6 +405,9 @@ void DeviceAttention::run_layer(DeviceStore& store, const DevicePlan& p, std::ui
   void* const out_host = static_cast<std::byte*>(out_in.data) + out_in.byte_offset;
   if (!out.on_device)
     stream.download(stage_out ? staging + staged_out_at : out_host, out_device, out.bytes);
+  // On the engine's stream, device tensors wait for nothing: the engine's next kernel is ordered
+  // after this one. Host tensors and scores are read on the host, and the staging is reused.
+  if (p.engine && q.on_device && out.on_device && !scores) return;
   stream.synchronize();
   if (stage_out) std::memcpy(out_host, staging + staged_out_at, out.bytes);
   if (scores) add_scores(book, plan, p.sequence_scores, added);

@@ -21,16 +21,15 @@ class DeviceAttention final : public Attention {
   std::unique_ptr<StepPlan> plan(CacheStore& store, const StepRequest& request) override;
   void run(CacheStore& store, const StepPlan& plan, std::uint32_t layer, const DLTensor& q,
            DLTensor& out) override;
+  void finish(CacheStore& store, const StepPlan& plan, void* event) override;
 
  private:
   std::unique_ptr<DevicePlan> make_plan(DeviceStore& store, paging::AttentionPlan slots,
-                                        bool accumulate_scores, float scale) const;
+                                        const StepRequest& request);
   void run_layer(DeviceStore& store, const DevicePlan& plan, std::uint32_t layer, const DLTensor& q,
                  DLTensor& out);
 
   std::uint32_t processors_ = 1;  // multiprocessors (CUs): how many items keep the device busy
-  DeviceBuffer work_;             // plan, q, partial states, logits, outputs, scores
-  PinnedBuffer staging_;          // small host queries and outputs on their way
 };
 
 }  // namespace kvcache::gpu

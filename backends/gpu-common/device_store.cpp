@@ -110,6 +110,19 @@ void DeviceStore::append(std::uint32_t layer, std::span<const SeqId> ids,
                          std::span<const std::uint32_t> counts, const DLTensor& k,
                          const DLTensor& v) {
   std::unique_lock lock(mutex_);
+  enqueue_append(enter({}), false, layer, ids, counts, k, v);
+}
+
+void DeviceStore::append_on(EngineStream engine, std::uint32_t layer, std::span<const SeqId> ids,
+                            std::span<const std::uint32_t> counts, const DLTensor& k,
+                            const DLTensor& v) {
+  std::unique_lock lock(mutex_);
+  enqueue_append(enter(engine), true, layer, ids, counts, k, v);
+}
+
+void DeviceStore::enqueue_append(const StreamView& stream, bool engine, std::uint32_t layer,
+                                 std::span<const SeqId> ids, std::span<const std::uint32_t> counts,
+                                 const DLTensor& k, const DLTensor& v) {
   const std::vector<paging::PageBook::Sequence*> seqs = book_.check_append(layer, ids, counts);
   std::vector<std::uint64_t> first_row;
   std::uint64_t rows = 0;
@@ -118,8 +131,8 @@ void DeviceStore::append(std::uint32_t layer, std::span<const SeqId> ids,
     rows += c;
   }
   const std::uint32_t heads = pools_.kv_heads, dim = pools_.head_dim;
-  const TensorView kt = view_of(k, rows, heads, dim, stream_.device(), "k");
-  const TensorView vt = view_of(v, rows, heads, dim, stream_.device(), "v");
+  const TensorView kt = view_of(k, rows, heads, dim, stream.device(), "k");
+  const TensorView vt = view_of(v, rows, heads, dim, stream.device(), "v");
   if (rows == 0) return;
   std::vector<std::uint32_t> where(2 * rows);  // pages, then slots
   const std::uint32_t page_size = book_.page_size();
@@ -148,10 +161,10 @@ void DeviceStore::append(std::uint32_t layer, std::span<const SeqId> ids,
     group_at[value][4] = staging.reserve(g.page.size() * heads * group * dim * 4);
   }
   auto* base = static_cast<std::uint8_t*>(staging_.reserve(staging.size()));
-  stream_.activate();
-  stream_.upload(base + where_at, where.data(), where.size() * 4);
-  if (!kt.on_device) stream_.upload(base + k_at, kt.data, kt.bytes);
-  if (!vt.on_device) stream_.upload(base + v_at, vt.data, vt.bytes);
+  stream.activate();
+  stream.upload(base + where_at, where.data(), where.size() * 4);
+  if (!kt.on_device) stream.upload(base + k_at, kt.data, kt.bytes);
+  if (!vt.on_device) stream.upload(base + v_at, vt.data, vt.bytes);
   EncodeArgs a;
   a.pools = pools_;
   a.layer = layer;
@@ -162,15 +175,15 @@ void DeviceStore::append(std::uint32_t layer, std::span<const SeqId> ids,
   a.v_dtype = vt.dtype;
   a.row_page = reinterpret_cast<const std::uint32_t*>(base + where_at);
   a.row_slot = a.row_page + rows;
-  launch_encode(a, stream_.get());
+  launch_encode(a, stream.get());
   for (const bool value : {false, true}) {
     const GroupPlan& g = groups[value];
     if (g.page.empty()) continue;
     const std::uint64_t* at = group_at[value];
-    stream_.upload(base + at[0], g.source.data(), g.source.size() * 8);
-    stream_.upload(base + at[1], g.residual.data(), g.residual.size() * 2);
-    stream_.upload(base + at[2], g.page.data(), g.page.size() * 4);
-    stream_.upload(base + at[3], g.slot.data(), g.slot.size() * 4);
+    stream.upload(base + at[0], g.source.data(), g.source.size() * 8);
+    stream.upload(base + at[1], g.residual.data(), g.residual.size() * 2);
+    stream.upload(base + at[2], g.page.data(), g.page.size() * 4);
+    stream.upload(base + at[3], g.slot.data(), g.slot.size() * 4);
     GroupEncodeArgs e;
     e.pools = pools_;
     e.layer = layer;
@@ -183,12 +196,13 @@ void DeviceStore::append(std::uint32_t layer, std::span<const SeqId> ids,
     e.group_page = reinterpret_cast<const std::uint32_t*>(base + at[2]);
     e.group_slot = reinterpret_cast<const std::uint32_t*>(base + at[3]);
     e.scratch = reinterpret_cast<float*>(base + at[4]);
-    launch_group_encode(e, stream_.get());
+    launch_group_encode(e, stream.get());
   }
-  stream_.synchronize();
+  // Host tensors may be page-locked, and so still being read: the caller may reuse them on return.
+  if (!engine || !kt.on_device || !vt.on_device) stream.synchronize();
   for (const bool value : {false, true})
     if (book_.token_group(value) != 0)
-      hold_tail_rows(seqs, counts, first_row, layer, value, value ? vt : kt);
+      hold_tail_rows(seqs, counts, first_row, layer, value, value ? vt : kt, stream);
   for (std::size_t i = 0; i < seqs.size(); ++i) seqs[i]->written[layer] += counts[i];
 }
 
@@ -223,7 +237,7 @@ DeviceStore::GroupPlan DeviceStore::plan_groups(
 void DeviceStore::hold_tail_rows(const std::vector<paging::PageBook::Sequence*>& seqs,
                                  std::span<const std::uint32_t> counts,
                                  const std::vector<std::uint64_t>& first_row, std::uint32_t layer,
-                                 bool value, const TensorView& input) {
+                                 bool value, const TensorView& input, const StreamView& stream) {
   const std::uint32_t heads = pools_.kv_heads, dim = pools_.head_dim;
   const std::uint64_t row_bytes = std::uint64_t{heads} * dim * (input.dtype == Dtype::f32 ? 4 : 2);
   std::vector<std::byte> row(row_bytes);
@@ -233,9 +247,9 @@ void DeviceStore::hold_tail_rows(const std::vector<paging::PageBook::Sequence*>&
          ++slot) {
       const std::byte* in =
           static_cast<const std::byte*>(input.data) + (first_row[i] + slot - begin) * row_bytes;
-      if (input.on_device) {  // the residual's rows wait on the host
-        stream_.download(row.data(), in, row_bytes);
-        stream_.synchronize();
+      if (input.on_device) {  // the residual's rows wait on the host: a wait per row
+        stream.download(row.data(), in, row_bytes);
+        stream.synchronize();
         in = row.data();
       }
       for (std::uint32_t h = 0; h < heads; ++h) {
@@ -249,6 +263,7 @@ void DeviceStore::hold_tail_rows(const std::vector<paging::PageBook::Sequence*>&
 
 void DeviceStore::gather(std::uint32_t layer, SeqId id, DLTensor& k, DLTensor& v) const {
   std::unique_lock lock(mutex_);
+  enter({});  // the engine's work on these pages first
   book_.check_layer(layer);
   const paging::PageBook::Sequence& s = book_.find(id);
   const std::uint64_t n = s.written[layer];
@@ -298,6 +313,7 @@ std::vector<std::byte> DeviceStore::read_tile(std::uint32_t page, std::uint32_t 
                                               std::uint32_t head, bool value) const {
   book_.check_tile(page, layer, head);
   std::unique_lock lock(mutex_);
+  enter({});
   const DeviceFormat& f = value ? pools_.v : pools_.k;
   std::vector<std::byte> out(f.tile_bytes);
   const std::uint8_t* tile = pools_.tile(layer, page, head, value);
@@ -308,6 +324,7 @@ std::vector<std::byte> DeviceStore::read_tile(std::uint32_t page, std::uint32_t 
 }
 
 void DeviceStore::poison(paging::PageId page, std::uint32_t from_slot) {
+  enter({});
   stream_.activate();
   launch_poison(pools_, book_.spec().model.layers, book_.page_size(), page, from_slot,
                 stream_.get());
@@ -315,6 +332,7 @@ void DeviceStore::poison(paging::PageId page, std::uint32_t from_slot) {
 }
 
 void DeviceStore::copy_page(paging::PageId from, paging::PageId to) {
+  enter({});
   stream_.activate();
   for (std::uint32_t layer = 0; layer < book_.spec().model.layers; ++layer) {
     for (const bool value : {false, true}) {
@@ -328,6 +346,7 @@ void DeviceStore::copy_page(paging::PageId from, paging::PageId to) {
 
 // Tile by tile: a tile's stride may pad it, and the image does not.
 void DeviceStore::read_page(paging::PageId page, std::span<std::byte> image) const {
+  enter({});
   stream_.activate();
   std::byte* out = image.data();
   for (std::uint32_t layer = 0; layer < book_.spec().model.layers; ++layer)
@@ -340,6 +359,7 @@ void DeviceStore::read_page(paging::PageId page, std::span<std::byte> image) con
 }
 
 void DeviceStore::write_page(paging::PageId page, std::span<const std::byte> image) {
+  enter({});
   stream_.activate();
   const std::byte* in = image.data();
   for (std::uint32_t layer = 0; layer < book_.spec().model.layers; ++layer)
@@ -353,6 +373,7 @@ void DeviceStore::write_page(paging::PageId page, std::span<const std::byte> ima
 
 void DeviceStore::move_slots(std::span<const paging::SlotMove> moves) {
   if (moves.empty()) return;
+  enter({});
   const std::uint64_t n = moves.size();
   std::vector<std::uint32_t> lists(4 * n);
   for (std::uint64_t i = 0; i < n; ++i) {

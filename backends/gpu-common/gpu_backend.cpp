@@ -20,6 +20,7 @@ Capabilities gpu_capabilities(const char* device_kind) {
     c.head_dims.push_back(d);
   c.device_kind = device_kind;
   c.query_rotation = true;
+  c.engine_streams = true;
   // The staged kernel dots int8 and int4 keys with int8 queries (staged_attention.cuh): q rounded
   // per 64 elements to steps of its largest |element| / 127; float queries when scores are kept.
   c.numerics["query_rounding"] = {{"formats", {"int8-per-token", "int4-group"}},

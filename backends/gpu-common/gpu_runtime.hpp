@@ -7,6 +7,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -25,6 +27,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include "kvcache/engine_stream.hpp"
 #include "kvcache/status.hpp"
 
 namespace kvcache::gpu {
@@ -162,21 +165,19 @@ class PinnedBuffer {
   std::size_t bytes_ = 0;
 };
 
-// A stream of its own per store or attention, on a chosen device.
-class Stream {
+// A stream to enqueue on, on a chosen device: a store's own (Stream) or an engine's.
+class StreamView {
  public:
-  explicit Stream(int device) : device_(device) {
-    check(GPU(SetDevice)(device), "select device");
-    check(GPU(StreamCreateWithFlags)(&stream_, GPU(StreamNonBlocking)), "create stream");
-  }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  ~Stream() { (void)GPU(StreamDestroy)(stream_); }
+  StreamView(int device, GPU(Stream_t) stream) : device_(device), stream_(stream) {}
   GPU(Stream_t) get() const { return stream_; }
   int device() const { return device_; }
   // Makes this stream's device current for the calling thread (runtime calls are per thread).
   void activate() const { check(GPU(SetDevice)(device_), "select device"); }
   void synchronize() const { check(GPU(StreamSynchronize)(stream_), "synchronize"); }
+  // Records an engine's event (a cudaEvent_t or hipEvent_t) after the work enqueued so far.
+  void record(void* event) const {
+    check(GPU(EventRecord)(static_cast<GPU(Event_t)>(event), stream_), "record the event");
+  }
   void upload(void* device, const void* host, std::size_t bytes) const {
     if (bytes == 0) return;
     check(GPU(MemcpyAsync)(device, host, bytes, GPU(MemcpyHostToDevice), stream_),
@@ -194,9 +195,75 @@ class Stream {
     check(GPU(MemsetAsync)(device, byte, bytes, stream_), "fill");
   }
 
- private:
+ protected:
   int device_;
   GPU(Stream_t) stream_{};
+};
+
+// A stream of its own per store, on a chosen device.
+class Stream : public StreamView {
+ public:
+  explicit Stream(int device) : StreamView(device, {}) {
+    activate();
+    check(GPU(StreamCreateWithFlags)(&stream_, GPU(StreamNonBlocking)), "create stream");
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream() { (void)GPU(StreamDestroy)(stream_); }
+};
+
+// Work left on an engine's stream that nobody has waited for. A store's pools and staging and an
+// attention's scratch serve every stream in turn, and only one stream orders its own work: before
+// they serve another stream, the one with work left is waited for. Its own lock: readers of a
+// store enter it under a shared lock.
+class StreamOrder {
+ public:
+  // The stream for a call: the engine's, or `own`.
+  StreamView enter(const StreamView& own, std::optional<EngineStream> engine) {
+    const std::lock_guard lock(mutex_);
+    const StreamView next =
+        engine ? StreamView(own.device(), static_cast<GPU(Stream_t)>(engine->handle)) : own;
+    if (pending_ && *pending_ != next.get()) {
+      StreamView(own.device(), *pending_).synchronize();
+      pending_.reset();
+    }
+    if (engine) pending_ = next.get();
+    return next;
+  }
+  // `stream` was waited for.
+  void waited(GPU(Stream_t) stream) {
+    const std::lock_guard lock(mutex_);
+    if (pending_ == stream) pending_.reset();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::optional<GPU(Stream_t)> pending_;
+};
+
+// Device memory allocated and freed in the order of one stream: freed after the work enqueued
+// before, with no wait (a step's plan, dropped while the engine's stream may still read it).
+// Where the device has no stream-ordered pool, plain memory, whose free waits for the device.
+class StreamBuffer {
+ public:
+  StreamBuffer(std::size_t bytes, const StreamView& stream) : stream_(stream.get()) {
+    if (GPU(MallocAsync)(&data_, bytes, stream_) == GPU(Success)) return;
+    (void)GPU(GetLastError)();  // the refusal is not sticky: clear it
+    ordered_ = false;
+    check(GPU(Malloc)(&data_, bytes), ("allocate " + std::to_string(bytes) + " bytes").c_str());
+  }
+  StreamBuffer(const StreamBuffer&) = delete;
+  StreamBuffer& operator=(const StreamBuffer&) = delete;
+  ~StreamBuffer() { (void)(ordered_ ? GPU(FreeAsync)(data_, stream_) : GPU(Free)(data_)); }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  GPU(Stream_t) stream_;
+  void* data_ = nullptr;
+  bool ordered_ = true;
 };
 
 }  // namespace kvcache::gpu

@@ -2,13 +2,13 @@
 // is host memory tagged kDLExtDev): K/V appended from the device, q read and the output written
 // in place on the device, in float32 and float16, give exactly what host tensors give; and what a
 // layer of a step asks of the device: one launch.
-#include <dlfcn.h>
-
 #include <cstdint>
 #include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "emulator_support.hpp"
 
 #include "kvcache/host_tensor.hpp"
 #include "kvcache/numeric.hpp"
@@ -19,9 +19,7 @@ namespace kvcache {
 namespace {
 
 std::shared_ptr<const Registry> emulator_registry() {
-  PluginSettings settings;
-  settings.paths.push_back({KVCACHE_TEST_GPU_EMULATOR, true, {}});
-  return Registry::load(settings);
+  return testing::emulator_registry(KVCACHE_TEST_GPU_EMULATOR);
 }
 
 // A store of pages of 16 and 8 MiB.
@@ -107,18 +105,9 @@ TEST(EmulatedDeviceTensors, DeviceTensorsAreUsedInPlaceWithTheSameResults) {
   }
 }
 
-// The emulator's counts of launches and copies (emulated_runtime.hpp), found in the loaded plugin.
-struct Activity {
-  std::uint64_t launches, uploads, downloads, synchronizations;
-};
-
+using Activity = testing::EmulatorActivity;
 const Activity& emulator_activity() {
-  void* plugin = dlopen(KVCACHE_TEST_GPU_EMULATOR, RTLD_NOW | RTLD_NOLOAD);
-  if (plugin == nullptr) throw std::runtime_error("the emulator plugin is not loaded");
-  const void* counts = dlsym(plugin, "kvcache_emulator_activity");
-  dlclose(plugin);  // the registry still holds it
-  if (counts == nullptr) throw std::runtime_error("kvcache_emulator_activity not found");
-  return *static_cast<const Activity*>(counts);
+  return testing::emulator_activity(KVCACHE_TEST_GPU_EMULATOR);
 }
 
 // Batch 1, 300 tokens: the emulator's 2 multiprocessors ask for 32 items, so each (KV head, head

@@ -59,16 +59,18 @@ T shfl_xor(T v, unsigned mask) {
 }
 // Runs `body` for every thread of every block of the grid, each block with `shared_bytes` of
 // dynamic shared memory (16-byte aligned).
-void run(dim3 grid, dim3 block, std::size_t shared_bytes, const std::function<void()>& body);
+// `stream` is only recorded (emuActivity::launch_stream): every launch completes before it returns.
+void run(dim3 grid, dim3 block, std::size_t shared_bytes, void* stream,
+         const std::function<void()>& body);
 // The running block's dynamic shared memory.
 std::uint8_t* dynamic_shared();
 
 // kernel<<<grid, block, bytes, stream>>>(args...) is launch(grid, block, stream, kernel,
 // bytes)(args...).
 template <class... P>
-auto launch(dim3 grid, dim3 block, void* /*stream*/, void (*kernel)(P...),
+auto launch(dim3 grid, dim3 block, void* stream, void (*kernel)(P...),
             std::size_t shared_bytes = 0) {
-  return [=](auto... args) { run(grid, block, shared_bytes, [&] { kernel(args...); }); };
+  return [=](auto... args) { run(grid, block, shared_bytes, stream, [&] { kernel(args...); }); };
 }
 
 }  // namespace emu

@@ -1,6 +1,7 @@
 // The "emu" vendor for gpu_runtime.hpp: a CUDA-shaped runtime API over host memory, so the GPU
 // backend's host code and kernels run unchanged on the CPU in the tests (kernels on fibers, see
-// emulated_device.hpp). Calls complete before they return; streams are only handles.
+// emulated_device.hpp). Calls complete before they return; streams and events are only handles,
+// counted where the backend waits on them or records them.
 #pragma once
 
 #include <cstddef>
@@ -12,13 +13,15 @@
 // call's launches and copies (device_tensors_test.cpp reads it by name). Data, not a function:
 // a plugin exports one function, its ABI entry.
 struct emuActivity {
-  std::uint64_t launches, uploads, downloads, synchronizations;
+  std::uint64_t launches, uploads, downloads, synchronizations, events;
+  void* launch_stream;  // the stream of the latest launch
 };
 extern "C" __attribute__((visibility("default"))) emuActivity kvcache_emulator_activity;
 
 enum emuError_t { emuSuccess = 0, emuErrorInvalidValue = 1, emuErrorMemoryAllocation = 2 };
 enum emuMemcpyKind { emuMemcpyHostToDevice, emuMemcpyDeviceToHost, emuMemcpyDeviceToDevice };
 using emuStream_t = void*;
+using emuEvent_t = void*;
 inline constexpr unsigned emuStreamNonBlocking = 1;
 
 struct emuDeviceProp {
@@ -79,13 +82,25 @@ inline emuError_t emuMemsetAsync(void* p, int byte, std::size_t bytes, emuStream
   return emuSuccess;
 }
 inline emuError_t emuStreamCreateWithFlags(emuStream_t* s, unsigned) {
-  *s = nullptr;
-  return emuSuccess;
+  *s = std::malloc(1);  // a handle of its own, told apart from an engine's in launch_stream
+  return *s != nullptr ? emuSuccess : emuErrorMemoryAllocation;
 }
-inline emuError_t emuStreamDestroy(emuStream_t) {
+inline emuError_t emuStreamDestroy(emuStream_t s) {
+  std::free(s);
   return emuSuccess;
 }
 inline emuError_t emuStreamSynchronize(emuStream_t) {
   ++kvcache_emulator_activity.synchronizations;
   return emuSuccess;
+}
+inline emuError_t emuEventRecord(emuEvent_t event, emuStream_t) {
+  if (event == nullptr) return emuErrorInvalidValue;
+  ++kvcache_emulator_activity.events;
+  return emuSuccess;
+}
+inline emuError_t emuMallocAsync(void** p, std::size_t bytes, emuStream_t) {
+  return emuMalloc(p, bytes);
+}
+inline emuError_t emuFreeAsync(void* p, emuStream_t) {
+  return emuFree(p);
 }

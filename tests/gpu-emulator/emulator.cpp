@@ -132,8 +132,10 @@ std::uint8_t* dynamic_shared() {
   return reinterpret_cast<std::uint8_t*>(dynamic_memory.data());
 }
 
-void run(dim3 grid, dim3 block, std::size_t shared_bytes, const std::function<void()>& body) {
+void run(dim3 grid, dim3 block, std::size_t shared_bytes, void* stream,
+         const std::function<void()>& body) {
   ++kvcache_emulator_activity.launches;
+  kvcache_emulator_activity.launch_stream = stream;
   dynamic_memory.assign((shared_bytes + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t),
                         std::max_align_t{});
   gridDim = grid;

@@ -226,6 +226,29 @@ TEST(Step, ReportsWhatBeginStepEvictedAndReservesAllOrNothing) {
   EXPECT_NO_THROW((void)strict->begin_step(id, 8)) << "no step was left open";
 }
 
+// A backend that does not declare engine_streams (ABI 1.10), or predates it, refuses a step on
+// the engine's stream at begin_step, naming itself, with nothing reserved; gpu-emulated takes it
+// (tests/gpu-emulator/engine_stream_test.cpp counts its waits).
+TEST(Step, AnEngineStreamIsRefusedByABackendThatTakesNone) {
+  for (const char* backend : {"cpu-tbb", "test-abi-1-3-attention"}) {
+    const ComponentInfo* info = registry()->find(ComponentKind::backend, backend);
+    if (info == nullptr) continue;  // the ABI 1.3 plugin is not carried to GPU machines
+    const auto cache = open_cache(backend);
+    const SeqId id = cache->add_sequence();
+    try {
+      (void)cache->begin_step(std::vector<SeqId>{id}, std::vector<std::uint32_t>{4},
+                              StepOptions{EngineStream{}, nullptr});
+      ADD_FAILURE() << backend << " took an engine stream";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Code::unsupported) << backend;
+      EXPECT_THAT(e.what(), HasSubstr("takes no engine stream")) << backend;
+      EXPECT_THAT(e.what(), HasSubstr(backend));
+    }
+    EXPECT_EQ(cache->store().length(id), 0u) << backend;
+    EXPECT_NO_THROW((void)cache->begin_step(id, 4)) << backend << ": no step was left open";
+  }
+}
+
 // A plan is for the sequences' shape when it was made: after a reserve, run() refuses it.
 TEST(Step, APlanIsRefusedOnceItsSequencesChangedShape) {
   const Config config = parse_config(

@@ -38,6 +38,7 @@ class DeviceMemory final : public TensorMemory {
     stream_.synchronize();
     return p;
   }
+  std::optional<EngineStream> stream() const override { return EngineStream{stream_.get()}; }
 
  private:
   gpu::Stream stream_;

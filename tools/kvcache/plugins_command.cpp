@@ -39,7 +39,8 @@ nlohmann::json to_json(const Registry& registry, const SearchPlan& plan) {
           {"device_kind", c.capabilities.device_kind},
           {"foreign_formats", c.capabilities.foreign_formats},
           {"numerics", c.capabilities.numerics},
-          {"query_rotation", c.capabilities.query_rotation}}},
+          {"query_rotation", c.capabilities.query_rotation},
+          {"engine_streams", c.capabilities.engine_streams}}},
         {"available", c.available},
         {"unavailable_reason", c.unavailable_reason},
         {"shadowed_by", c.shadowed_by},
@@ -79,10 +80,11 @@ void print_table(const Registry& registry, const SearchPlan& plan) {
                                list_or_any(caps.page_sizes));
     if (c.kind == ComponentKind::backend)
       std::cout << fmt::format(
-          "  {:<10} {}; {}; numerics {}\n", "",
+          "  {:<10} {}; {}; {}; numerics {}\n", "",
           caps.foreign_formats ? "any other format through its own codec" : "no other format",
           caps.query_rotation ? "turns queries (positions within the cache)"
                               : "does not turn queries",
+          caps.engine_streams ? "runs steps on the engine's stream" : "takes no engine stream",
           caps.numerics.dump());
   }
   const auto& rejected = registry.rejected();

@@ -108,6 +108,9 @@ void add_step_options(CLI::App& command, StepBenchOptions& o) {
           "--capacity", o.capacity,
           "KV bytes; then --batch sequences at most, as many as fit (0: room for the batch)")
       ->capture_default_str();
+  command.add_flag("--engine-stream", o.engine_stream,
+                   "planned steps on the tensors' stream, waiting once at finish (device "
+                   "tensors only)");
   command.add_option("--steps", o.steps, "measured steps of each kind")
       ->capture_default_str()
       ->check(positive(o.steps));
@@ -154,8 +157,10 @@ Config step_config(const StepBenchOptions& o, const Registry& registry) {
 // The medians of the steps, what outside means (the step less its appends and the planned
 // steps' attention kernels), and the KV the steps read.
 StepBenchResult summarize(const Cache& cache, const StepBenchOptions& o, const Samples& planned,
-                          const Samples& layered, std::size_t sequences) {
+                          const Samples& layered, std::size_t sequences,
+                          const TensorMemory* memory) {
   StepBenchResult r;
+  if (memory != nullptr) r.tensors = memory->name();
   r.attention_kernels = median(planned.attention);
   const auto times = [&](const Samples& s) {
     StepTimes t{median(s.total), median(s.attention), median(s.append), 0.0};
@@ -178,6 +183,16 @@ StepBenchResult summarize(const Cache& cache, const StepBenchOptions& o, const S
   r.used_bytes = cache.stats().used_bytes();
   r.sequences = static_cast<std::uint32_t>(sequences);
   return r;
+}
+
+// The planned steps' options: on the tensor memory's stream with --engine-stream.
+StepOptions options_of(const StepBenchOptions& o, const TensorMemory* memory) {
+  if (!o.engine_stream) return {};
+  if (memory == nullptr || !memory->stream())
+    throw Error(Code::invalid_argument,
+                "bench step: --engine-stream needs tensors in device memory with a stream "
+                "(kvcache-device-step-benchmark)");
+  return {memory->stream(), nullptr};
 }
 
 }  // namespace
@@ -220,11 +235,12 @@ StepBenchResult run_step_benchmark(std::shared_ptr<const Registry> registry,
   Tensor kvt = tensor(kv_data, m.kv_heads), qt = tensor(q_data, m.q_heads),
          ot = tensor(out_data, m.q_heads);
   std::vector<std::uint32_t> ones(ids.size(), 1);
+  const StepOptions step_options = options_of(o, memory);
 
   const auto planned_step = [&](Samples& s) {
     const auto start = Clock::now();
     double attention = 0.0, append = 0.0;
-    Step step = cache->begin_step(ids, ones);
+    Step step = cache->begin_step(ids, ones, step_options);
     for (std::uint32_t layer = 0; layer < m.layers; ++layer) {
       const auto a = Clock::now();
       step.append(layer, kvt, kvt);
@@ -277,8 +293,7 @@ StepBenchResult run_step_benchmark(std::shared_ptr<const Registry> registry,
     }
   }
 
-  StepBenchResult r = summarize(*cache, o, planned, layered, ids.size());
-  if (memory != nullptr) r.tensors = memory->name();
+  StepBenchResult r = summarize(*cache, o, planned, layered, ids.size(), memory);
   r.capacity_bytes = config.cache.capacity_bytes;
   return r;
 }
@@ -301,6 +316,7 @@ nlohmann::json to_json(const StepBenchOptions& o, const StepBenchResult& r) {
           {"head_dim", o.head_dim},
           {"steps", o.steps},
           {"tensors", r.tensors},
+          {"engine_stream", o.engine_stream},
           {"attention_kernel_seconds", r.attention_kernels},
           {"window", o.window},
           {"global_every", o.global_every},

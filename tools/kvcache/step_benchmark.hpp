@@ -12,8 +12,11 @@
 
 #include <dlpack/dlpack.h>
 #include <CLI/CLI.hpp>
+#include <optional>
+
 #include <nlohmann/json.hpp>
 
+#include "kvcache/engine_stream.hpp"
 #include "kvcache/registry.hpp"
 
 namespace kvcache::tool {
@@ -37,6 +40,9 @@ struct StepBenchOptions {
   // KV bytes of the cache; then `batch` is the most sequences, and as many as fit are filled
   // (StepBenchResult::sequences). 0: room for the batch.
   std::uint64_t capacity = 0;
+  // The planned steps on the tensor memory's stream (StepOptions::stream): nothing waits until
+  // finish(). Only with a TensorMemory that has one (kvcache-device-step-benchmark).
+  bool engine_stream = false;
 };
 
 // The options of `kvcache bench step` (and of kvcache-device-step-benchmark), into `o`.
@@ -52,6 +58,8 @@ class TensorMemory {
   virtual DLDevice device() const = 0;
   // `bytes` of this memory holding a copy of `host`, alive as long as this object.
   virtual void* copy_of(const void* host, std::size_t bytes) = 0;
+  // The stream its owner computes on, for steps on the engine's stream; none: host memory.
+  virtual std::optional<EngineStream> stream() const { return std::nullopt; }
 };
 
 // Medians over the measured steps, in seconds per step.

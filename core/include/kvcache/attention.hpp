@@ -5,11 +5,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 
 #include <dlpack/dlpack.h>
 
 #include "kvcache/cache_store.hpp"
+#include "kvcache/engine_stream.hpp"
 #include "kvcache/query_rotation.hpp"
 #include "kvcache/types.hpp"
 
@@ -37,6 +39,10 @@ struct StepRequest {
   // Adds each key's softmax weight, summed over query heads, to the store's per-slot scores
   // (what score-based eviction such as H2O reads).
   bool accumulate_scores = false;
+  // Empty: the backend's own stream, and each run's work is done when it returns. Set (only for a
+  // backend that declares engine_streams): the plan's uploads, the runs and finish() go on the
+  // engine's stream, and a run with device tensors returns without waiting.
+  std::optional<EngineStream> stream;
 };
 
 // A step's attention, planned once and run for each layer (FlashInfer's plan/run): a backend keeps
@@ -59,6 +65,12 @@ class Attention {
   // reserved slots of `layer` written (append, then attend).
   virtual void run(CacheStore& store, const StepPlan& plan, std::uint32_t layer, const DLTensor& q,
                    DLTensor& out) = 0;
+  // The step's last call, for a plan made on an engine stream: waits for the step's work on it,
+  // or, given an event (a cudaEvent_t or hipEvent_t), records the event after that work and
+  // returns at once. A plan on the backend's own stream has nothing left: the default does nothing.
+  virtual void finish(CacheStore& store, const StepPlan& plan, void* event) {
+    (void)store, (void)plan, (void)event;
+  }
 };
 
 }  // namespace kvcache

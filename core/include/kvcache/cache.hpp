@@ -107,7 +107,8 @@ class KVCACHE_API Cache {
   // for every layer (see kvcache/step.hpp). Throws CacheFull when the tokens do not fit even
   // after eviction (what was evicted is in its report); nothing is reserved then.
   [[nodiscard]] Step begin_step(std::span<const SeqId> sequences,
-                                std::span<const std::uint32_t> new_tokens);
+                                std::span<const std::uint32_t> new_tokens,
+                                const StepOptions& options = {});
   [[nodiscard]] Step begin_step(SeqId sequence, std::uint32_t new_tokens = 1);
 
   // The per-layer calls. Each decode or prefill is a step of one layer, planned for that call (a

@@ -17,6 +17,7 @@
 #include <dlpack/dlpack.h>
 #include <nlohmann/json.hpp>
 
+#include "kvcache/engine_stream.hpp"
 #include "kvcache/quantizer.hpp"
 #include "kvcache/status.hpp"
 #include "kvcache/types.hpp"
@@ -145,6 +146,17 @@ class CacheStore {
   virtual void append(std::uint32_t layer, std::span<const SeqId> sequences,
                       std::span<const std::uint32_t> counts, const DLTensor& k,
                       const DLTensor& v) = 0;
+  // append, enqueued on the engine's stream in order with the work that made k and v; with device
+  // tensors it returns without waiting (docs/engine-step.md, "Streams"). Stores of backends that
+  // declare engine_streams implement it; the default refuses (Error(unsupported)).
+  virtual void append_on(EngineStream stream, std::uint32_t layer, std::span<const SeqId> sequences,
+                         std::span<const std::uint32_t> counts, const DLTensor& k,
+                         const DLTensor& v) {
+    (void)stream, (void)layer, (void)sequences, (void)counts, (void)k, (void)v;
+    throw Error(Code::unsupported,
+                "this store takes no engine stream (ABI 1.10 engine_streams): its appends are "
+                "done when they return");
+  }
   // Gives back the newest `tokens` reserved slots of `sequence`, written or not, as if they had
   // never been reserved: how the Cache undoes a step that did not finish. All or nothing. The
   // default refuses (Error(unsupported)); stores built on paging::PagedStoreBase implement it.

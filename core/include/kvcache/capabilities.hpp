@@ -24,6 +24,8 @@ struct Capabilities {
   nlohmann::json numerics = nlohmann::json::object();
   // Backends (ABI 1.6): the attention turns queries per range (VisibleRanges::rotations).
   bool query_rotation = false;
+  // Backends (ABI 1.10): steps may run on the engine's stream (StepRequest::stream).
+  bool engine_streams = false;
 
   // Whether a backend with these capabilities runs `format`.
   bool runs(const std::string& format) const {

@@ -27,6 +27,11 @@ class ForwardingStore : public CacheStore {
               const DLTensor& v) override {
     inner_->append(layer, sequences, counts, k, v);
   }
+  void append_on(EngineStream stream, std::uint32_t layer, std::span<const SeqId> sequences,
+                 std::span<const std::uint32_t> counts, const DLTensor& k,
+                 const DLTensor& v) override {
+    inner_->append_on(stream, layer, sequences, counts, k, v);
+  }
   void unreserve(SeqId sequence, std::uint64_t tokens) override {
     inner_->unreserve(sequence, tokens);
   }

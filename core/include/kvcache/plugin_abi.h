@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 #define KVC_ABI_MAJOR 1
-#define KVC_ABI_MINOR 9
+#define KVC_ABI_MINOR 10
 #define KVC_ENTRY_SYMBOL "kvcache_plugin_entry"
 
 /* ---- status ------------------------------------------------------------------------------- */
@@ -88,7 +88,10 @@ typedef struct kvc_capabilities {
   /* ABI 1.6 (a 1.5 struct ends before these). Backends only: 1 when the attention applies the
      query rotations of kvc_query_rotation; a host gives rotations to no other backend. */
   uint32_t query_rotation;
-  uint32_t reserved2;
+  /* ABI 1.10 (reserved, so 0, before). Backends only: 1 when the store's append_on and the
+     attention's plan, run and finish enqueue a step's work on the engine's stream
+     (kvc_step_args.stream); a host gives an engine stream to no other backend. */
+  uint32_t engine_streams;
 } kvc_capabilities;
 
 typedef struct kvc_component {
@@ -373,6 +376,12 @@ typedef struct kvc_store_table {
   int32_t (*attach_prefix)(void* store, uint64_t sequence, const int32_t* token_ids, uint64_t n,
                            const uint64_t* pages, uint64_t count, uint32_t* attached,
                            kvc_error* err);
+  /* ABI 1.10 (a 1.9 table ends before it; NULL is allowed for a backend that does not declare
+     engine_streams): append, enqueued on the engine's stream (as kvc_step_args.stream), in order
+     with the engine's work that made k and v; with device tensors it returns without waiting. */
+  int32_t (*append_on)(void* store, uint32_t layer, const uint64_t* sequences,
+                       const uint32_t* counts, uint64_t n, const DLTensor* k, const DLTensor* v,
+                       void* stream, kvc_error* err);
 } kvc_store_table;
 
 /* What import_page did (ABI 1.7). */
@@ -459,6 +468,14 @@ typedef struct kvc_step_args {
   float scale;
   /* ABI 1.6 (a 1.5 struct ends before it): as in kvc_attention_args. */
   const kvc_query_rotation* rotations;
+  /* ABI 1.10 (a 1.9 struct ends before these; given only to a backend that declares
+     engine_streams). on_stream 1: the plan's uploads, its runs and finish go on `stream`, the
+     engine's cudaStream_t or hipStream_t (NULL: the vendor's default stream), in order with the
+     engine's own work, and a run with device tensors returns without waiting. on_stream 0: the
+     backend's own stream, and each call's work is done when it returns. */
+  uint32_t on_stream;
+  uint32_t reserved2;
+  void* stream;
 } kvc_step_args;
 
 typedef struct kvc_attention_table {
@@ -475,6 +492,11 @@ typedef struct kvc_attention_table {
   int32_t (*run)(void* attention, void* store, void* plan, uint32_t layer, const DLTensor* q,
                  DLTensor* out, kvc_error* err);
   void (*destroy_plan)(void* attention, void* plan);
+  /* ABI 1.10 (a 1.9 table ends before it; NULL is allowed for a backend that does not declare
+     engine_streams): the step's last call on a plan made on the engine's stream. event NULL: waits
+     for the step's work on the stream; else records event (a cudaEvent_t or hipEvent_t) on it
+     after that work and returns without waiting. */
+  int32_t (*finish)(void* attention, void* store, void* plan, void* event, kvc_error* err);
 } kvc_attention_table;
 
 /* ---- backends ----------------------------------------------------------------------------- */

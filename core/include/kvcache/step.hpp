@@ -5,6 +5,11 @@
 //   for (layer...) { step.append(layer, k, v); step.decode(layer, q, out); }
 //   EvictionReport report = step.finish();                 // the policy's proactive hook
 //
+// On a GPU backend that declares engine_streams, StepOptions::stream puts the step's appends and
+// attention on the engine's stream: with device tensors nothing waits until finish(), which waits
+// once for the stream, or not at all when it is given an event to record (docs/engine-step.md,
+// "Streams"). Without a stream each call's work is done when it returns.
+//
 // begin_step reserves all or nothing (evicting per the policy; what it evicted is report() at
 // once, and members of the batch it preempted leave the step: sequences() is the batch the
 // tensors follow). If the mask or the plan then fails, the reserve is undone and the error
@@ -20,17 +25,29 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include <dlpack/dlpack.h>
 
+#include "kvcache/engine_stream.hpp"
 #include "kvcache/eviction_report.hpp"
 #include "kvcache/export.hpp"
 #include "kvcache/host_only.hpp"
 #include "kvcache/types.hpp"
 
 namespace kvcache {
+
+// How a step's work reaches the device.
+struct StepOptions {
+  // The engine's stream for every append and attention of the step (a backend that does not
+  // declare engine_streams refuses it at begin_step). Empty: the backend's own stream.
+  std::optional<EngineStream> stream;
+  // With a stream: finish() records this cudaEvent_t or hipEvent_t after the step's work instead
+  // of waiting for it, and the engine waits on the event where it needs the results.
+  void* event = nullptr;
+};
 
 class KVCACHE_API Step {
  public:

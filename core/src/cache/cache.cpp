@@ -81,13 +81,15 @@ Cache::Impl::Visible Cache::Impl::visible_for(const Group& group, std::span<cons
 
 std::unique_ptr<StepPlan> Cache::Impl::plan_group(const Group& group, std::span<const SeqId> ids,
                                                   std::span<const SeqId> own,
-                                                  std::span<const std::uint32_t> counts) const {
+                                                  std::span<const std::uint32_t> counts,
+                                                  std::optional<EngineStream> stream) const {
   const Visible visible = visible_for(group, ids, counts);
   StepRequest request;
   request.sequences = own;
   request.query_counts = counts;
   request.visible = visible.view();
   request.accumulate_scores = wants_scores();
+  request.stream = stream;
   return group.attention->plan(*group.kv, request);
 }
 

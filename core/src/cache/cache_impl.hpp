@@ -117,7 +117,8 @@ struct Cache::Impl {
   // `own` the same in the group's store): a step's every layer, or one per-layer call.
   std::unique_ptr<StepPlan> plan_group(const Group& group, std::span<const SeqId> ids,
                                        std::span<const SeqId> own,
-                                       std::span<const std::uint32_t> counts) const;
+                                       std::span<const std::uint32_t> counts,
+                                       std::optional<EngineStream> stream = {}) const;
   // Marks the sequences used in this step.
   void mark_used(std::span<const SeqId> ids) {
     for (const SeqId id : ids) info(id).last_used_step = step;

@@ -44,6 +44,11 @@ class GroupStore final : public ForwardingStore {
               const DLTensor& v) override {
     inner_->append(layer, own(ids), counts, k, v);
   }
+  void append_on(EngineStream stream, std::uint32_t layer, std::span<const SeqId> ids,
+                 std::span<const std::uint32_t> counts, const DLTensor& k,
+                 const DLTensor& v) override {
+    inner_->append_on(stream, layer, own(ids), counts, k, v);
+  }
   void unreserve(SeqId id, std::uint64_t tokens) override { inner_->unreserve(own(id), tokens); }
   void truncate(SeqId id, std::uint64_t tokens) override { inner_->truncate(own(id), tokens); }
   std::uint64_t drop(SeqId id, std::span<const PositionRange> ranges) override {

@@ -15,6 +15,7 @@ struct Step::State {
   std::vector<std::uint32_t> new_tokens;
   std::uint64_t tokens = 0;
   bool one_each = true;  // one new token per sequence: decode may run
+  StepOptions options;
   EvictionReport report;
   // One plan per layer group, made at begin_step under the group's mask, and the ids its
   // backend store knows the batch by.
@@ -95,7 +96,11 @@ void Step::append(std::uint32_t layer, const DLTensor& k, const DLTensor& v) {
     throw Error(Code::invalid_argument,
                 "append: layer " + std::to_string(layer) + " was already appended in this step");
   const LayerPlace& at = s.cache->places[layer];
-  s.cache->groups[at.group].store->append(at.layer, s.sequences, s.new_tokens, k, v);
+  CacheStore& store = *s.cache->groups[at.group].store;
+  if (s.options.stream)
+    store.append_on(*s.options.stream, at.layer, s.sequences, s.new_tokens, k, v);
+  else
+    store.append(at.layer, s.sequences, s.new_tokens, k, v);
   state = State::Layer::appended;
 }
 
@@ -123,6 +128,11 @@ EvictionReport Step::finish() {
     throw Error(Code::invalid_argument,
                 "finish: layer " + std::to_string(missing - s.layers.begin()) + " of " +
                     std::to_string(s.layers.size()) + " has not been appended in this step");
+  if (s.options.stream) {
+    // Every group's work went onto the one engine stream: one wait (or event) covers them all.
+    Cache::Impl::Group& last = s.cache->groups.back();
+    last.attention->finish(*last.kv, *s.plans.back(), s.options.event);
+  }
   EvictionReport report = s.report;  // copied before the step counts as done
   s.finished = true;
   s.cache->close_step();
@@ -136,7 +146,8 @@ EvictionReport Step::finish() {
   return report;
 }
 
-Step Cache::begin_step(std::span<const SeqId> ids, std::span<const std::uint32_t> new_tokens) {
+Step Cache::begin_step(std::span<const SeqId> ids, std::span<const std::uint32_t> new_tokens,
+                       const StepOptions& options) {
   Impl& c = *impl_;
   std::unique_lock lock(c.mutex);
   c.wait_for_step(lock, "begin_step");
@@ -144,6 +155,9 @@ Step Cache::begin_step(std::span<const SeqId> ids, std::span<const std::uint32_t
     throw Error(Code::invalid_argument, "begin_step: " + std::to_string(ids.size()) +
                                             " sequences but " + std::to_string(new_tokens.size()) +
                                             " token counts");
+  if (options.event != nullptr && !options.stream)
+    throw Error(Code::invalid_argument,
+                "begin_step: an event is recorded on the engine's stream, and none was given");
   std::set<SeqId> seen;
   for (const SeqId id : ids) {
     c.steppable("begin_step", id);
@@ -155,6 +169,7 @@ Step Cache::begin_step(std::span<const SeqId> ids, std::span<const std::uint32_t
   s->cache = &c;
   s->sequences.assign(ids.begin(), ids.end());
   s->new_tokens.assign(new_tokens.begin(), new_tokens.end());
+  s->options = options;
   s->report = c.reserve(s->sequences, s->new_tokens);
   s->tokens = std::accumulate(s->new_tokens.begin(), s->new_tokens.end(), std::uint64_t{0});
   s->one_each = std::all_of(s->new_tokens.begin(), s->new_tokens.end(),
@@ -167,7 +182,7 @@ Step Cache::begin_step(std::span<const SeqId> ids, std::span<const std::uint32_t
     c.mark_used(s->sequences);
     for (const Impl::Group& group : c.groups) {
       s->own.push_back(group.own(s->sequences));
-      s->plans.push_back(c.plan_group(group, s->sequences, s->own.back(), counts));
+      s->plans.push_back(c.plan_group(group, s->sequences, s->own.back(), counts, options.stream));
     }
   } catch (...) {  // the mask or the plan failed: the reserve is undone, its evictions reported
     c.undo_reserve(s->sequences, s->new_tokens);

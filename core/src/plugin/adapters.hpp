@@ -47,11 +47,16 @@ std::unique_ptr<CacheStore> make_store(std::shared_ptr<const PluginLibrary> libr
 // The raw handle of a store made by `library`'s backend; Error(invalid_argument) otherwise.
 void* store_handle(CacheStore& store, const PluginLibrary& library);
 
-// rotates_queries: the backend declares query_rotation; requests with rotations are refused
-// otherwise (an older backend would ignore them and attend at the wrong positions).
+// What a backend's capabilities declare for its attention. Requests that need more are refused:
+// an older backend would ignore query rotations and attend at the wrong positions, or ignore an
+// engine stream and race with the engine's work.
+struct AttentionTraits {
+  bool rotates_queries = false;  // query_rotation (ABI 1.6)
+  bool engine_streams = false;   // engine_streams (ABI 1.10)
+};
 std::unique_ptr<Attention> make_attention(std::shared_ptr<const PluginLibrary> library,
                                           const kvc_attention_table* table, void* attention,
-                                          const std::string& who, bool rotates_queries);
+                                          const std::string& who, AttentionTraits traits);
 
 // Creates the raw plugin object of a table with the common instance header.
 template <class Table>

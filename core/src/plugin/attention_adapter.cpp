@@ -88,16 +88,17 @@ class PerLayerPlan final : public StepPlan {
 
 class HostAttention final : public Attention {
  public:
-  HostAttention(std::unique_ptr<PluginInstance<kvc_attention_table>> instance, bool rotates_queries)
+  HostAttention(std::unique_ptr<PluginInstance<kvc_attention_table>> instance,
+                AttentionTraits traits)
       : a_(std::move(instance)),
         plans_(a_->has(&kvc_attention_table::plan) && a_->has(&kvc_attention_table::run) &&
                a_->has(&kvc_attention_table::destroy_plan)),
-        rotates_queries_(rotates_queries) {}
+        traits_(traits) {}
 
   // A plugin of ABI 1.4 plans the step itself; an older one gets a copy of the request, and each
   // layer runs its per-layer decode or prefill.
   std::unique_ptr<StepPlan> plan(CacheStore& store, const StepRequest& r) override {
-    check(r.sequences.size(), r.query_counts.size(), r.visible);
+    check(r);
     if (!plans_) return std::make_unique<PerLayerPlan>(r);
     const kvc_query_rotation rotations = rotations_of(r.visible.rotations);
     const kvc_step_args args{sizeof(kvc_step_args),
@@ -110,7 +111,10 @@ class HostAttention final : public Attention {
                              r.visible.counts.size(),
                              r.visible.max_ranges,
                              r.scale,
-                             r.visible.rotations.empty() ? nullptr : &rotations};
+                             r.visible.rotations.empty() ? nullptr : &rotations,
+                             r.stream ? 1u : 0u,
+                             0,
+                             r.stream ? r.stream->handle : nullptr};
     void* handle = nullptr;
     a_->call(&kvc_attention_table::plan, store_handle(store, *a_->library()), &args, &handle);
     if (handle == nullptr) throw Error(Code::internal, a_->who() + ": plan made no plan");
@@ -140,8 +144,23 @@ class HostAttention final : public Attention {
     a_->call(&kvc_attention_table::run, kv, made->handle(), layer, &q, &out);
   }
 
+  void finish(CacheStore& store, const StepPlan& plan, void* event) override {
+    const auto* made = dynamic_cast<const HostPlan*>(&plan);
+    // Plans on an engine stream are made only by a plugin that has finish (see check).
+    if (made == nullptr || !a_->has(&kvc_attention_table::finish)) return;
+    a_->call(&kvc_attention_table::finish, store_handle(store, *a_->library()), made->handle(),
+             event);
+  }
+
  private:
-  void check(std::size_t sequences, std::size_t query_counts, const VisibleRanges& visible) const {
+  void check(const StepRequest& r) const {
+    const VisibleRanges& visible = r.visible;
+    const std::size_t query_counts = r.query_counts.size(), sequences = r.sequences.size();
+    if (r.stream && !(traits_.engine_streams && plans_ && a_->has(&kvc_attention_table::finish)))
+      throw Error(Code::unsupported,
+                  a_->who() +
+                      " takes no engine stream (it does not declare engine_streams, ABI 1.10): "
+                      "its work is done when each call returns, so run the step without one");
     if (visible.max_ranges == 0 ||
         visible.ranges.size() < visible.counts.size() * visible.max_ranges)
       throw Error(Code::invalid_argument, a_->who() + ": visible ranges hold fewer than " +
@@ -150,7 +169,7 @@ class HostAttention final : public Attention {
       throw Error(Code::invalid_argument, a_->who() + ": one query count per sequence");
     const QueryRotations& turn = visible.rotations;
     if (turn.empty()) return;
-    if (!rotates_queries_)
+    if (!traits_.rotates_queries)
       throw Error(Code::unsupported,
                   a_->who() +
                       " does not turn queries per range (ABI 1.6 query_rotation): it "
@@ -165,16 +184,15 @@ class HostAttention final : public Attention {
 
   std::unique_ptr<PluginInstance<kvc_attention_table>> a_;
   bool plans_;  // the table has plan, run and destroy_plan
-  bool rotates_queries_;
+  AttentionTraits traits_;
 };
 
 }  // namespace
 
 std::unique_ptr<Attention> make_attention(std::shared_ptr<const PluginLibrary> library,
                                           const kvc_attention_table* table, void* attention,
-                                          const std::string& who, bool rotates_queries) {
-  return std::make_unique<HostAttention>(adopt(std::move(library), table, attention, who),
-                                         rotates_queries);
+                                          const std::string& who, AttentionTraits traits) {
+  return std::make_unique<HostAttention>(adopt(std::move(library), table, attention, who), traits);
 }
 
 }  // namespace kvcache::plugin

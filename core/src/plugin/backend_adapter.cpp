@@ -11,8 +11,8 @@ namespace {
 
 class HostBackend final : public Backend {
  public:
-  HostBackend(std::unique_ptr<PluginInstance<kvc_backend_table>> instance, bool rotates_queries)
-      : instance_(std::move(instance)), rotates_queries_(rotates_queries) {}
+  HostBackend(std::unique_ptr<PluginInstance<kvc_backend_table>> instance, AttentionTraits traits)
+      : instance_(std::move(instance)), traits_(traits) {}
 
   std::vector<DeviceInfo> devices() const override {
     uint32_t count = 0;
@@ -58,7 +58,7 @@ class HostBackend final : public Backend {
     instance_->call(&kvc_backend_table::create_attention, &table, &attention);
     check_made(table, attention, "attention", offsetof(kvc_attention_table, plan));
     return make_attention(instance_->library(), table, attention, instance_->who() + " attention",
-                          rotates_queries_);
+                          traits_);
   }
 
   std::optional<double> memory_bandwidth_gbps(std::uint64_t bytes) override {
@@ -84,7 +84,7 @@ class HostBackend final : public Backend {
   }
 
   std::unique_ptr<PluginInstance<kvc_backend_table>> instance_;
-  bool rotates_queries_;  // its capabilities declare query_rotation (ABI 1.6)
+  AttentionTraits traits_;
 };
 
 }  // namespace
@@ -93,13 +93,18 @@ std::unique_ptr<Backend> make_backend(std::shared_ptr<const PluginLibrary> libra
                                       const kvc_component& component,
                                       const std::string& options_json, const std::string& who) {
   const kvc_capabilities* caps = component.capabilities;
-  const bool rotates = caps != nullptr &&
-                       caps->struct_size >= offsetof(kvc_capabilities, query_rotation) +
-                                                sizeof(caps->query_rotation) &&
-                       caps->query_rotation != 0;
+  // A field the plugin's struct ends before reads as 0.
+  const auto declares = [caps](const uint32_t kvc_capabilities::*field) {
+    if (caps == nullptr) return false;
+    const auto offset =
+        reinterpret_cast<const char*>(&(caps->*field)) - reinterpret_cast<const char*>(caps);
+    return caps->struct_size >= static_cast<std::size_t>(offset) + sizeof(uint32_t) &&
+           caps->*field != 0;
+  };
+  const AttentionTraits traits{declares(&kvc_capabilities::query_rotation),
+                               declares(&kvc_capabilities::engine_streams)};
   return std::make_unique<HostBackend>(
-      create_instance<kvc_backend_table>(std::move(library), component, options_json, who),
-      rotates);
+      create_instance<kvc_backend_table>(std::move(library), component, options_json, who), traits);
 }
 
 }  // namespace kvcache::plugin

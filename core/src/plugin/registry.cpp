@@ -36,6 +36,8 @@ Capabilities capabilities_of(const kvc_component& c) {
   }
   if (k->struct_size >= offsetof(kvc_capabilities, query_rotation) + sizeof(k->query_rotation))
     caps.query_rotation = k->query_rotation != 0;
+  if (k->struct_size >= offsetof(kvc_capabilities, engine_streams) + sizeof(k->engine_streams))
+    caps.engine_streams = k->engine_streams != 0;
   return caps;
 }
 

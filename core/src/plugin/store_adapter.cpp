@@ -64,6 +64,18 @@ class HostStore final : public CacheStore {
     s_->call(&kvc_store_table::append, layer, ids.data(), counts.data(), uint64_t{ids.size()}, &k,
              &v);
   }
+  void append_on(EngineStream stream, std::uint32_t layer, std::span<const SeqId> ids,
+                 std::span<const std::uint32_t> counts, const DLTensor& k,
+                 const DLTensor& v) override {
+    same_size(ids.size(), counts.size());
+    if (!s_->has(&kvc_store_table::append_on))
+      throw Error(Code::unsupported,
+                  s_->who() +
+                      " takes no engine stream (ABI 1.10 append_on): its appends are done "
+                      "when they return");
+    s_->call(&kvc_store_table::append_on, layer, ids.data(), counts.data(), uint64_t{ids.size()},
+             &k, &v, stream.handle);
+  }
   std::uint64_t drop(SeqId id, std::span<const PositionRange> ranges) override {
     uint64_t dropped = 0;
     s_->call(&kvc_store_table::drop, id, reinterpret_cast<const kvc_range*>(ranges.data()),

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <span>
+#include <type_traits>
 
 #include "kvcache/attention.hpp"
 #include "kvcache/plugin_abi.h"
@@ -43,6 +44,9 @@ struct AttentionThunks {
     r.visible = visible(a);
     r.scale = a.scale;
     r.accumulate_scores = a.accumulate_scores != 0;
+    if constexpr (std::is_same_v<Args, kvc_step_args>)  // ABI 1.10: the engine's stream
+      if (a.struct_size >= offsetof(kvc_step_args, stream) + sizeof(a.stream) && a.on_stream != 0)
+        r.stream = EngineStream{a.stream};
     return r;
   }
   static Attention& self(void* a) { return *static_cast<Attention*>(a); }
@@ -71,8 +75,14 @@ struct AttentionThunks {
     });
   }
   static void destroy_plan(void*, void* plan) noexcept { delete static_cast<StepPlan*>(plan); }
+  static int32_t finish(void* a, void* s, void* plan, void* event, kvc_error* err) noexcept {
+    return guard(err, [&] {
+      if (plan == nullptr) throw Error(Code::invalid_argument, "finish: a plan is required");
+      self(a).finish(store(s), *static_cast<const StepPlan*>(plan), event);
+    });
+  }
   static constexpr kvc_attention_table table{
-      sizeof(kvc_attention_table), &destroy, &attend, &attend, &plan, &run, &destroy_plan};
+      sizeof(kvc_attention_table), &destroy, &attend, &attend, &plan, &run, &destroy_plan, &finish};
 };
 
 }  // namespace kvcache::sdk::detail

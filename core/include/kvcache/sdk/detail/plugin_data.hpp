@@ -65,7 +65,7 @@ class PluginData {
            static_cast<uint32_t>(c.head_dims.size()), c.head_dims.data(),
            static_cast<uint32_t>(c.page_sizes.size()), c.page_sizes.data(),
            c.device_kind.empty() ? nullptr : c.device_kind.c_str(), c.foreign_formats ? 1u : 0u, 0,
-           numerics.c_str(), c.query_rotation ? 1u : 0u, 0});
+           numerics.c_str(), c.query_rotation ? 1u : 0u, c.engine_streams ? 1u : 0u});
       components_.push_back({sizeof(kvc_component), s.kind, s.name.c_str(), s.version.c_str(),
                              &capabilities_.back(), s.availability, s.table});
     }

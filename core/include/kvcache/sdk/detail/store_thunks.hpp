@@ -74,6 +74,14 @@ struct StoreThunks {
                       std::span<const std::uint32_t>(counts, n), *k, *v);
     });
   }
+  static int32_t append_on(void* s, uint32_t layer, const uint64_t* ids, const uint32_t* counts,
+                           uint64_t n, const DLTensor* k, const DLTensor* v, void* stream,
+                           kvc_error* err) noexcept {
+    return guard(err, [&] {
+      store(s).append_on(EngineStream{stream}, layer, std::span<const SeqId>(ids, n),
+                         std::span<const std::uint32_t>(counts, n), *k, *v);
+    });
+  }
   static int32_t unreserve(void* s, uint64_t id, uint64_t tokens, kvc_error* err) noexcept {
     return guard(err, [&] { store(s).unreserve(id, tokens); });
   }
@@ -220,7 +228,8 @@ struct StoreThunks {
                                          &truncate,
                                          &drop_unseen,
                                          &prefix_pages,
-                                         &attach_prefix};
+                                         &attach_prefix,
+                                         &append_on};
 };
 
 }  // namespace kvcache::sdk::detail
