@@ -169,6 +169,12 @@ StepBenchResult summarize(const Cache& cache, const StepBenchOptions& o, const S
   };
   r.planned = times(planned);
   r.layered = times(layered);
+  // A planned step's own outside, step by step: the median of differences, not a difference of
+  // medians, which the noise of the kernels' time swamps.
+  std::vector<double> outside;
+  for (std::size_t i = 0; i < planned.total.size(); ++i)
+    outside.push_back(planned.total[i] - planned.append[i] - planned.attention[i]);
+  r.planned.outside = median(outside);
   // At the median step: the cached tokens, two warm-up steps and half the measured ones, or a
   // sliding layer's window of them.
   const std::uint64_t held = o.tokens + 2 + o.steps;

@@ -67,7 +67,9 @@ struct StepTimes {
   double total = 0.0;
   double attention = 0.0;  // inside the decode calls
   double append = 0.0;
-  double outside = 0.0;  // total - attention kernels - appends (see attention_kernels)
+  // total - attention kernels - appends (see attention_kernels); for planned steps the median of
+  // each step's total - its appends - its attention calls.
+  double outside = 0.0;
 };
 
 struct StepBenchResult {
