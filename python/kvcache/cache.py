@@ -23,15 +23,22 @@ class Cache(_kvcache._Cache):
     def __init__(self, config=None, **sections):
         super().__init__(_config_text(config, sections))
 
-    def begin_step(self, sequences, new_tokens=1):
+    def begin_step(self, sequences, new_tokens=1, stream=None, event=None):
         """Reserves new_tokens[i] tokens for sequences[i] (all or nothing, evicting per the
         policy; CacheFull carries the report when it cannot) and plans attention once for every
-        layer. One sequence and one count may be given as plain ints."""
+        layer. One sequence and one count may be given as plain ints.
+
+        stream: the engine's CUDA or HIP stream (a torch.cuda.Stream, or its handle as an int)
+        for every append and attention of the step, which then waits once, at finish(); event
+        (a torch.cuda.Event or a handle): recorded by finish() instead of waiting. Only for a
+        backend that takes engine streams (docs/engine-step.md#streams)."""
         if isinstance(sequences, int):
             sequences = [sequences]
         if isinstance(new_tokens, int):
             new_tokens = [new_tokens] * len(sequences)
-        return super().begin_step(list(sequences), list(new_tokens))
+        stream = getattr(stream, "cuda_stream", stream)
+        event = getattr(event, "cuda_event", event)
+        return super().begin_step(list(sequences), list(new_tokens), stream, event)
 
 
 def reference_roundtrip(x, format, **options):

@@ -1,6 +1,8 @@
 // kvcache._Cache: the facade (python/kvcache/cache.py wraps it with keyword configs), its
 // sequences, prefix cache and steps, and read-only views of its store copied out as numpy.
 #include <chrono>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,9 +63,16 @@ const CacheStore& store_of(CacheHandle& c, std::optional<std::uint32_t> layer) {
   return c.cache->store();
 }
 
+// stream and event: the engine's cudaStream_t / hipStream_t and cudaEvent_t / hipEvent_t as
+// integers (torch's Stream.cuda_stream, Event.cuda_event).
 StepHandle* begin(CacheHandle& c, const std::vector<SeqId>& ids,
-                  const std::vector<std::uint32_t>& new_tokens) {
-  return new StepHandle(&c, locked(c, [&] { return c.cache->begin_step(ids, new_tokens); }));
+                  const std::vector<std::uint32_t>& new_tokens,
+                  std::optional<std::uintptr_t> stream, std::optional<std::uintptr_t> event) {
+  StepOptions options;
+  if (stream) options.stream = EngineStream{reinterpret_cast<void*>(*stream)};
+  if (event) options.event = reinterpret_cast<void*>(*event);
+  return new StepHandle(&c,
+                        locked(c, [&] { return c.cache->begin_step(ids, new_tokens, options); }));
 }
 
 void bind_model_shape(nb::module_& m) {
@@ -151,6 +160,7 @@ void bind_sequences(nb::class_<CacheHandle>& cache) {
           },
           nb::arg("sequence"), nb::arg("tokens"))
       .def("begin_step", &begin, nb::arg("sequences"), nb::arg("new_tokens"),
+           nb::arg("stream").none() = nb::none(), nb::arg("event").none() = nb::none(),
            nb::rv_policy::take_ownership, nb::keep_alive<0, 1>());
 }
 

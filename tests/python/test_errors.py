@@ -106,3 +106,21 @@ def test_threads_share_one_cache_safely(cache):
     for t in threads:
         t.join()
     assert results == {i: 20 for i in range(4)}
+
+
+def test_an_engine_stream_is_refused_by_a_backend_that_takes_none(cache):
+    """cpu-tbb runs on the host: a step on an engine's stream (a handle, or an object with
+    cuda_stream as torch's streams have) is refused, naming it, and nothing is reserved."""
+    seq = cache.add_sequence()
+
+    class TorchLikeStream:
+        cuda_stream = 0
+
+    for stream in (0, TorchLikeStream()):
+        with pytest.raises(kvcache.Unsupported, match="cpu-tbb.*takes no engine stream"):
+            cache.begin_step(seq, 4, stream=stream)
+    with pytest.raises(kvcache.InvalidArgument, match="engine's stream"):
+        cache.begin_step(seq, 4, event=1)
+    assert cache.length(seq) == 0
+    step = cache.begin_step(seq, 4)
+    assert step.tokens == 4
