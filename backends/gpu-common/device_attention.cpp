@@ -205,7 +205,7 @@ std::vector<float> score_pass(const DevicePlan& p, const AttentionArgs& a, float
 
 std::unique_ptr<DevicePlan> DeviceAttention::make_plan(DeviceStore& store,
                                                        paging::AttentionPlan slots,
-                                                       const StepRequest& request) {
+                                                       const StepRequest& request) const {
   const paging::PageBook& book = store.book();
   const ModelShape& model = book.spec().model;
   const std::uint32_t kv_heads = model.kv_heads, group = model.q_heads / kv_heads;
@@ -288,10 +288,10 @@ std::unique_ptr<StepPlan> DeviceAttention::plan(CacheStore& base, const StepRequ
 void DeviceAttention::run(CacheStore& base, const StepPlan& step, std::uint32_t layer,
                           const DLTensor& q, DLTensor& out) {
   DeviceStore& store = device_store(base);
-  const DevicePlan* plan = &device_plan(store, step, "run");
+  const DevicePlan& plan = device_plan(store, step, "run");
   const auto lock = store.lock();
-  paging::check_step_layer(store.book(), plan->slots, layer, q, out);
-  run_layer(store, *plan, layer, q, out);
+  paging::check_step_layer(store.book(), plan.slots, layer, q, out);
+  run_layer(store, plan, layer, q, out);
 }
 
 void DeviceAttention::finish(CacheStore& base, const StepPlan& step, void* event) {

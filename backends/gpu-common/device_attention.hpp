@@ -25,7 +25,7 @@ class DeviceAttention final : public Attention {
 
  private:
   std::unique_ptr<DevicePlan> make_plan(DeviceStore& store, paging::AttentionPlan slots,
-                                        const StepRequest& request);
+                                        const StepRequest& request) const;
   void run_layer(DeviceStore& store, const DevicePlan& plan, std::uint32_t layer, const DLTensor& q,
                  DLTensor& out);
 

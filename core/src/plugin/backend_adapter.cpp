@@ -5,6 +5,7 @@
 
 #include "kvcache/sdk/format_codec.hpp"
 #include "plugin/adapters.hpp"
+#include "plugin/descriptor_check.hpp"
 
 namespace kvcache::plugin {
 namespace {
@@ -92,17 +93,8 @@ class HostBackend final : public Backend {
 std::unique_ptr<Backend> make_backend(std::shared_ptr<const PluginLibrary> library,
                                       const kvc_component& component,
                                       const std::string& options_json, const std::string& who) {
-  const kvc_capabilities* caps = component.capabilities;
-  // A field the plugin's struct ends before reads as 0.
-  const auto declares = [caps](const uint32_t kvc_capabilities::*field) {
-    if (caps == nullptr) return false;
-    const auto offset =
-        reinterpret_cast<const char*>(&(caps->*field)) - reinterpret_cast<const char*>(caps);
-    return caps->struct_size >= static_cast<std::size_t>(offset) + sizeof(uint32_t) &&
-           caps->*field != 0;
-  };
-  const AttentionTraits traits{declares(&kvc_capabilities::query_rotation),
-                               declares(&kvc_capabilities::engine_streams)};
+  const Capabilities caps = capabilities_of(component);
+  const AttentionTraits traits{caps.query_rotation, caps.engine_streams};
   return std::make_unique<HostBackend>(
       create_instance<kvc_backend_table>(std::move(library), component, options_json, who), traits);
 }

@@ -111,4 +111,24 @@ std::size_t minimum_table_size(std::uint32_t kind) {
   }
 }
 
+Capabilities capabilities_of(const kvc_component& c) {
+  Capabilities caps;
+  const kvc_capabilities* k = c.capabilities;
+  if (k == nullptr) return caps;
+  for (uint32_t i = 0; i < k->n_formats; ++i) caps.formats.emplace_back(k->formats[i]);
+  caps.head_dims.assign(k->head_dims, k->head_dims + k->n_head_dims);
+  caps.page_sizes.assign(k->page_sizes, k->page_sizes + k->n_page_sizes);
+  if (k->device_kind != nullptr) caps.device_kind = k->device_kind;
+  // ABI 1.3 fields, when the plugin's struct has them (check_descriptor vetted the JSON).
+  if (has_abi_1_3_capabilities(*k)) {
+    caps.foreign_formats = k->foreign_formats != 0;
+    if (k->numerics_json != nullptr) caps.numerics = nlohmann::json::parse(k->numerics_json);
+  }
+  if (k->struct_size >= offsetof(kvc_capabilities, query_rotation) + sizeof(k->query_rotation))
+    caps.query_rotation = k->query_rotation != 0;
+  if (k->struct_size >= offsetof(kvc_capabilities, engine_streams) + sizeof(k->engine_streams))
+    caps.engine_streams = k->engine_streams != 0;
+  return caps;
+}
+
 }  // namespace kvcache::plugin

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kvcache/capabilities.hpp"
 #include "kvcache/plugin_abi.h"
 
 namespace kvcache::plugin {
@@ -24,5 +25,9 @@ std::size_t minimum_table_size(std::uint32_t kind);
 
 // The fields of kvc_capabilities that `c` holds, by its struct_size.
 bool has_abi_1_3_capabilities(const kvc_capabilities& c);
+
+// What a component declares, read as far as its capabilities struct goes (a field a plugin's
+// struct ends before reads as not declared); for a descriptor check_descriptor accepted.
+Capabilities capabilities_of(const kvc_component& c);
 
 }  // namespace kvcache::plugin
