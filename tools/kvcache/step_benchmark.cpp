@@ -27,6 +27,7 @@ double median(std::vector<double> v) {
 
 struct Samples {
   std::vector<double> total, attention, append;
+  std::vector<double> begin, finish;  // begin_step / reserve and finish / end_step
 };
 
 // Fills each sequence with `tokens` cached tokens, every layer from one random buffer (the
@@ -163,7 +164,8 @@ StepBenchResult summarize(const Cache& cache, const StepBenchOptions& o, const S
   if (memory != nullptr) r.tensors = memory->name();
   r.attention_kernels = median(planned.attention);
   const auto times = [&](const Samples& s) {
-    StepTimes t{median(s.total), median(s.attention), median(s.append), 0.0};
+    StepTimes t{median(s.total), median(s.attention), median(s.append), 0.0,
+                median(s.begin), median(s.finish)};
     t.outside = t.total - t.append - r.attention_kernels;
     return t;
   };
@@ -199,6 +201,61 @@ StepOptions options_of(const StepBenchOptions& o, const TensorMemory* memory) {
                 "bench step: --engine-stream needs tensors in device memory with a stream "
                 "(kvcache-device-step-benchmark)");
   return {memory->stream(), nullptr};
+}
+
+// What both kinds of step run on; the tensors change when a full cache drops a sequence.
+struct StepInputs {
+  Cache& cache;
+  const std::vector<SeqId>& ids;
+  const std::vector<std::uint32_t>& ones;
+  const Tensor& kv;
+  const Tensor& q;
+  Tensor& out;
+  StepOptions options;
+};
+
+// A step planned once: begin_step, append and decode per layer, finish.
+void time_planned_step(const StepInputs& in, Samples& s) {
+  const auto start = Clock::now();
+  double attention = 0.0, append = 0.0;
+  Step step = in.cache.begin_step(in.ids, in.ones, in.options);
+  s.begin.push_back(seconds_since(start));
+  for (std::uint32_t layer = 0; layer < in.cache.model().layers; ++layer) {
+    const auto a = Clock::now();
+    step.append(layer, in.kv, in.kv);
+    const auto d = Clock::now();
+    append += std::chrono::duration<double>(d - a).count();
+    step.decode(layer, in.q, in.out);
+    attention += seconds_since(d);
+  }
+  const auto f = Clock::now();
+  (void)step.finish();
+  s.finish.push_back(seconds_since(f));
+  s.total.push_back(seconds_since(start));
+  s.attention.push_back(attention);
+  s.append.push_back(append);
+}
+
+// The per-layer calls: reserve, append and decode per layer, end_step.
+void time_layered_step(const StepInputs& in, Samples& s) {
+  const auto start = Clock::now();
+  double attention = 0.0, append = 0.0;
+  (void)in.cache.reserve(in.ids, in.ones);
+  s.begin.push_back(seconds_since(start));
+  for (std::uint32_t layer = 0; layer < in.cache.model().layers; ++layer) {
+    const auto a = Clock::now();
+    in.cache.append(layer, in.ids, in.ones, in.kv, in.kv);
+    const auto d = Clock::now();
+    append += std::chrono::duration<double>(d - a).count();
+    in.cache.decode(layer, in.ids, in.q, in.out);
+    attention += seconds_since(d);
+  }
+  const auto f = Clock::now();
+  (void)in.cache.end_step();
+  s.finish.push_back(seconds_since(f));
+  s.total.push_back(seconds_since(start));
+  s.attention.push_back(attention);
+  s.append.push_back(append);
 }
 
 }  // namespace
@@ -241,50 +298,16 @@ StepBenchResult run_step_benchmark(std::shared_ptr<const Registry> registry,
   Tensor kvt = tensor(kv_data, m.kv_heads), qt = tensor(q_data, m.q_heads),
          ot = tensor(out_data, m.q_heads);
   std::vector<std::uint32_t> ones(ids.size(), 1);
-  const StepOptions step_options = options_of(o, memory);
 
-  const auto planned_step = [&](Samples& s) {
-    const auto start = Clock::now();
-    double attention = 0.0, append = 0.0;
-    Step step = cache->begin_step(ids, ones, step_options);
-    for (std::uint32_t layer = 0; layer < m.layers; ++layer) {
-      const auto a = Clock::now();
-      step.append(layer, kvt, kvt);
-      const auto d = Clock::now();
-      append += std::chrono::duration<double>(d - a).count();
-      step.decode(layer, qt, ot);
-      attention += seconds_since(d);
-    }
-    (void)step.finish();
-    s.total.push_back(seconds_since(start));
-    s.attention.push_back(attention);
-    s.append.push_back(append);
-  };
-  const auto layered_step = [&](Samples& s) {
-    const auto start = Clock::now();
-    double attention = 0.0, append = 0.0;
-    (void)cache->reserve(ids, ones);
-    for (std::uint32_t layer = 0; layer < m.layers; ++layer) {
-      const auto a = Clock::now();
-      cache->append(layer, ids, ones, kvt, kvt);
-      const auto d = Clock::now();
-      append += std::chrono::duration<double>(d - a).count();
-      cache->decode(layer, ids, qt, ot);
-      attention += seconds_since(d);
-    }
-    (void)cache->end_step();
-    s.total.push_back(seconds_since(start));
-    s.attention.push_back(attention);
-    s.append.push_back(append);
-  };
+  const StepInputs in{*cache, ids, ones, kvt, qt, ot, options_of(o, memory)};
   Samples planned, layered, warm;
   for (;;) {
     try {
-      planned_step(warm);
-      layered_step(warm);
+      time_planned_step(in, warm);
+      time_layered_step(in, warm);
       for (std::uint32_t i = 0; i < o.steps; ++i) {  // taking turns: the host's noise hits both
-        planned_step(planned);
-        layered_step(layered);
+        time_planned_step(in, planned);
+        time_layered_step(in, layered);
       }
       break;
     } catch (const CacheFull&) {
@@ -310,6 +333,8 @@ nlohmann::json to_json(const StepBenchOptions& o, const StepBenchResult& r) {
                           {"attention_seconds", t.attention},
                           {"append_seconds", t.append},
                           {"outside_seconds", t.outside},
+                          {"begin_seconds", t.begin},
+                          {"finish_seconds", t.finish},
                           {"outside_fraction", t.outside / t.total}};
   };
   return {{"backend", o.backend},

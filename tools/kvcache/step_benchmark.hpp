@@ -70,6 +70,8 @@ struct StepTimes {
   // total - attention kernels - appends (see attention_kernels); for planned steps the median of
   // each step's total - its appends - its attention calls.
   double outside = 0.0;
+  double begin = 0.0;   // of outside: begin_step, or the per-layer calls' reserve
+  double finish = 0.0;  // of outside: finish, or end_step
 };
 
 struct StepBenchResult {

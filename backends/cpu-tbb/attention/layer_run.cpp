@@ -22,7 +22,8 @@ LayerRun::LayerRun(PagedStore& store_, const paging::AttentionPlan& slots_, cons
       dim(store_.spec().model.head_dim),
       page(store_.page_size()),
       pairs(slots_.queries * kv_heads),
-      arena(step_.arena_bytes),
+      buffer_(step_),
+      arena(buffer_.data(), step_.arena_bytes),
       kc(store_.codec(false)),
       vc(store_.codec(true)),
       q8_(&arena) {

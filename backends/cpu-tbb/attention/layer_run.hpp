@@ -52,6 +52,11 @@ class LayerRun {
   // model's KV head h / hg.parts.
   const std::uint32_t kv_heads, group, dim, page;
   const std::uint64_t pairs;  // queries x kernel heads
+
+ private:
+  StepKernels::Buffer buffer_;  // the arena's first buffer
+
+ public:
   std::pmr::monotonic_buffer_resource arena;
   const SlotCodec& kc;
   const SlotCodec& vc;

@@ -59,8 +59,22 @@ StepKernels::StepKernels(PagedStore& store, const paging::AttentionPlan& slots,
 
   const std::uint64_t pairs = slots.queries * store.spec().model.kv_heads * heads.parts;
   arena_bytes = first_buffer_bytes(pairs, heads.width, dim, schedule);
+  buffer_ = std::make_unique_for_overwrite<std::byte[]>(arena_bytes);
   pages.reserve(slots.sequences.size());
   for (const SeqId id : slots.sequences) pages.push_back(store.sequence_pages(id));
+}
+
+StepKernels::Buffer::Buffer(const StepKernels& step) : step_(step) {
+  if (step.buffer_taken_.test_and_set(std::memory_order_acquire)) {
+    own_ = std::make_unique_for_overwrite<std::byte[]>(step.arena_bytes);
+    data_ = own_.get();
+  } else {
+    data_ = step.buffer_.get();
+  }
+}
+
+StepKernels::Buffer::~Buffer() {
+  if (!own_) step_.buffer_taken_.clear(std::memory_order_release);
 }
 
 }  // namespace kvcache::cpu

@@ -4,8 +4,10 @@
 // arena, and each sequence's pages and scores. A layer adds only what its queries make (layer_run).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "attention/head_groups.hpp"
@@ -30,6 +32,27 @@ struct StepKernels {
   std::vector<std::uint64_t> rotation_query;
   std::size_t arena_bytes = 0;                   // a layer's first buffer (layer_run.hpp)
   std::vector<PagedStore::SequencePages> pages;  // per sequence of the plan
+
+  // That first buffer, made once a step: its layers run one after another and take turns with
+  // it, so a layer allocates nothing before its arena overflows. A layer that finds it taken (a
+  // caller running layers of one plan at once) gets a buffer of its own.
+  class Buffer {
+   public:
+    explicit Buffer(const StepKernels& step);
+    ~Buffer();
+    Buffer(const Buffer&) = delete;
+    Buffer& operator=(const Buffer&) = delete;
+    std::byte* data() const { return data_; }
+
+   private:
+    const StepKernels& step_;
+    std::unique_ptr<std::byte[]> own_;  // when the step's was taken
+    std::byte* data_ = nullptr;
+  };
+
+ private:
+  std::unique_ptr<std::byte[]> buffer_;
+  mutable std::atomic_flag buffer_taken_;
 };
 
 }  // namespace kvcache::cpu

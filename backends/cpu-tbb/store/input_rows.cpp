@@ -16,18 +16,20 @@ std::string shape_of(const DLTensor& t) {
 
 void check_layout(const DLTensor& t, std::uint64_t rows, std::uint32_t heads, std::uint32_t dim,
                   const char* name) {
-  // Built by appending: GCC 12 warns falsely (-Wrestrict) on "literal" + std::string&&.
-  std::string expected = "[";
-  expected +=
-      std::to_string(rows) + ", " + std::to_string(heads) + ", " + std::to_string(dim) + "]";
   if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost)
     throw Error(Code::invalid_argument, std::string(name) + " must be in host memory");
   if (t.data == nullptr && rows > 0)
     throw Error(Code::invalid_argument, std::string(name) + " has no data");
   if (t.ndim != 3 || t.shape[0] != static_cast<int64_t>(rows) || t.shape[1] != heads ||
-      t.shape[2] != dim)
+      t.shape[2] != dim) {
+    // Built only here, by appending (every layer checks its tensors; GCC 12 warns falsely,
+    // -Wrestrict, on "literal" + std::string&&).
+    std::string expected = "[";
+    expected +=
+        std::to_string(rows) + ", " + std::to_string(heads) + ", " + std::to_string(dim) + "]";
     throw Error(Code::invalid_argument,
                 std::string(name) + " has shape " + shape_of(t) + ", expected " + expected);
+  }
   if (t.strides != nullptr && (t.strides[2] != 1 || t.strides[1] != dim ||
                                t.strides[0] != static_cast<int64_t>(heads) * dim))
     throw Error(Code::invalid_argument, std::string(name) + " must be row-major and compact");

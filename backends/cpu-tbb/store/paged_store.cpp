@@ -217,64 +217,70 @@ void PagedStore::append(std::uint32_t layer, std::span<const SeqId> ids,
     }
   }
   const auto rows_of = [&](bool value) -> const InputRows& { return value ? v_rows : k_rows; };
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, chunks.size()),
-                    [&](const tbb::blocked_range<std::size_t>& r) {
-                      RowBuffer input_buffer(dim);
-                      float* const input = input_buffer.data();
-                      std::vector<float> group_rows(std::size_t{chunk} * dim);
-                      for (std::size_t item = r.begin(); item != r.end(); ++item) {
-                        const Chunk& c = chunks[item];
-                        const Sequence& s = *seqs[c.seq];
-                        const std::uint64_t base = s.written[layer];  // slot of the append's row 0
-                        for (std::uint32_t t = c.begin; t < c.end; ++t) {
-                          const std::uint64_t slot = base + t;
-                          const PageId page = s.pages[slot / page_size_];
-                          const auto in_page = static_cast<std::uint32_t>(slot % page_size_);
-                          for (std::uint32_t h = 0; h < heads; ++h) {
-                            // The next token's rows arrive while this one is encoded.
-                            if (t + 4 < c.end) {
-                              k_rows.prefetch(first_row[c.seq] + t + 4, h);
-                              v_rows.prefetch(first_row[c.seq] + t + 4, h);
-                            }
-                            for (const bool value : {false, true}) {
-                              const SlotCodec& codec = value ? v_codec_ : k_codec_;
-                              if (!codec.spec().groups_tokens())
-                                codec.encode(rows_of(value).row(first_row[c.seq] + t, h, input),
-                                             tile(page, layer, h, value), in_page);
-                            }
-                          }
-                        }
-                        for (const bool value : {false, true}) {
-                          const SlotCodec& codec = value ? v_codec_ : k_codec_;
-                          if (!codec.spec().groups_tokens()) continue;
-                          for (std::uint32_t h = 0; h < heads; ++h)
-                            encode_groups(s, layer, h, value, base + c.begin, base + c.end, base,
-                                          base + counts[c.seq], rows_of(value), first_row[c.seq],
-                                          group_rows.data());
-                        }
-                      }
-                      SlotCodec::finish_writes();
-                    });
-  // The rows of each sequence's last, incomplete group wait in fp16, and those of the group
-  // before it stay for truncate (after the parallel part, which may still have read earlier rows
-  // of the residual).
-  for (std::size_t i = 0; i < seqs.size(); ++i) {
-    std::vector<float> input(dim);
-    for (const bool value : {false, true}) {
-      const SlotCodec& codec = value ? v_codec_ : k_codec_;
-      if (!codec.spec().groups_tokens()) continue;
-      const std::uint64_t base = seqs[i]->written[layer], end = base + counts[i];
-      const std::uint64_t tail = std::max(base, book_.kept_rows_from(end, value));
-      for (std::uint64_t slot = tail; slot < end; ++slot) {
+  const bool grouped = k_codec_.spec().groups_tokens() || v_codec_.spec().groups_tokens();
+  const auto encode = [&](const tbb::blocked_range<std::size_t>& r) {
+    RowBuffer input_buffer(dim);
+    float* const input = input_buffer.data();
+    // Only formats that group tokens need it: zeroing it was most of a
+    // one-token append.
+    std::vector<float> group_rows(grouped ? std::size_t{chunk} * dim : 0);
+    for (std::size_t item = r.begin(); item != r.end(); ++item) {
+      const Chunk& c = chunks[item];
+      const Sequence& s = *seqs[c.seq];
+      const std::uint64_t base = s.written[layer];  // slot of the append's row 0
+      for (std::uint32_t t = c.begin; t < c.end; ++t) {
+        const std::uint64_t slot = base + t;
+        const PageId page = s.pages[slot / page_size_];
+        const auto in_page = static_cast<std::uint32_t>(slot % page_size_);
         for (std::uint32_t h = 0; h < heads; ++h) {
-          const float* row = rows_of(value).row(first_row[i] + (slot - base), h, input.data());
-          std::uint16_t* held = book_.residual_row(*seqs[i], layer, h, value, slot);
-          for (std::uint32_t j = 0; j < dim; ++j) held[j] = fp16_from_float(row[j]);
+          // The next token's rows arrive while this one is encoded.
+          if (t + 4 < c.end) {
+            k_rows.prefetch(first_row[c.seq] + t + 4, h);
+            v_rows.prefetch(first_row[c.seq] + t + 4, h);
+          }
+          for (const bool value : {false, true}) {
+            const SlotCodec& codec = value ? v_codec_ : k_codec_;
+            if (!codec.spec().groups_tokens())
+              codec.encode(rows_of(value).row(first_row[c.seq] + t, h, input),
+                           tile(page, layer, h, value), in_page);
+          }
         }
       }
+      for (const bool value : {false, true}) {
+        const SlotCodec& codec = value ? v_codec_ : k_codec_;
+        if (!codec.spec().groups_tokens()) continue;
+        for (std::uint32_t h = 0; h < heads; ++h)
+          encode_groups(s, layer, h, value, base + c.begin, base + c.end, base,
+                        base + counts[c.seq], rows_of(value), first_row[c.seq], group_rows.data());
+      }
     }
-  }
+    SlotCodec::finish_writes();
+  };
+  // One chunk (a decode of one sequence) runs here: handing it to the scheduler costs more.
+  const tbb::blocked_range<std::size_t> all(0, chunks.size());
+  if (chunks.size() == 1)
+    encode(all);
+  else
+    tbb::parallel_for(all, encode);
+  // After the parallel part, which may still have read earlier rows of the residual.
+  for (std::size_t i = 0; i < seqs.size(); ++i)
+    for (const bool value : {false, true})
+      if (codec(value).spec().groups_tokens())
+        hold_rows(*seqs[i], layer, value, counts[i], value ? v_rows : k_rows, first_row[i]);
   for (std::size_t i = 0; i < seqs.size(); ++i) seqs[i]->written[layer] += counts[i];
+}
+
+void PagedStore::hold_rows(Sequence& s, std::uint32_t layer, bool value, std::uint32_t count,
+                           const InputRows& rows, std::uint64_t first_row) {
+  const std::uint32_t heads = spec().model.kv_heads;
+  std::vector<float> input(spec().model.head_dim);
+  const std::uint64_t base = s.written[layer], end = base + count;
+  for (std::uint64_t slot = std::max(base, book_.kept_rows_from(end, value)); slot < end; ++slot)
+    for (std::uint32_t h = 0; h < heads; ++h) {
+      const float* row = rows.row(first_row + (slot - base), h, input.data());
+      std::uint16_t* held = book_.residual_row(s, layer, h, value, slot);
+      for (std::uint32_t j = 0; j < input.size(); ++j) held[j] = fp16_from_float(row[j]);
+    }
 }
 
 PagedStore::SequencePages PagedStore::sequence_pages(SeqId id) {

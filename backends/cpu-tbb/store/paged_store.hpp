@@ -89,6 +89,11 @@ class PagedStore final : public paging::PagedStoreBase {
                      float* group_rows) const;
   void read_row(const Sequence& s, std::uint32_t layer, std::uint32_t head, bool value,
                 std::uint64_t slot, float* row) const;
+  // A grouping format's rows of an append of `count` tokens to `layer`, from `first_row` of
+  // `rows`, that the residual keeps in fp16: the group being filled and the one before it (for
+  // truncate).
+  void hold_rows(Sequence& s, std::uint32_t layer, bool value, std::uint32_t count,
+                 const InputRows& rows, std::uint64_t first_row);
 
   std::uint32_t page_size_;
   SlotCodec k_codec_;
