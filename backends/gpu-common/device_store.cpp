@@ -7,6 +7,7 @@
 #include "device_format.hpp"
 #include "kvcache/nearest_name.hpp"
 #include "kvcache/numeric.hpp"
+#include "kvcache/sdk/row_tensor.hpp"
 #include "staging_layout.hpp"
 
 namespace kvcache::gpu {
@@ -60,28 +61,22 @@ std::uint64_t elements(const DLTensor& t) {
 
 TensorView view_of(const DLTensor& t, std::uint64_t rows, std::uint32_t heads, std::uint32_t dim,
                    int device, const char* name) {
-  const std::string want = std::string(name) + " must be a float32/float16/bfloat16 tensor [" +
-                           std::to_string(rows) + ", " + std::to_string(heads) + ", " +
-                           std::to_string(dim) + "], row-major, on the host or on " + kVendor +
-                           " device " + std::to_string(device);
-  const bool compact =
-      t.strides == nullptr || (t.ndim == 3 && t.strides[2] == 1 && t.strides[1] == dim &&
-                               t.strides[0] == static_cast<std::int64_t>(heads) * dim);
-  if ((t.data == nullptr && rows > 0) || t.ndim != 3 ||
-      t.shape[0] != static_cast<std::int64_t>(rows) || t.shape[1] != heads || t.shape[2] != dim ||
-      !compact || t.dtype.lanes != 1)
-    throw Error(Code::invalid_argument, want);
   TensorView v;
-  if (t.dtype.code == kDLFloat && t.dtype.bits == 32)
-    v.dtype = Dtype::f32;
-  else if (t.dtype.code == kDLFloat && t.dtype.bits == 16)
-    v.dtype = Dtype::f16;
-  else if (t.dtype.code == kDLBfloat && t.dtype.bits == 16)
-    v.dtype = Dtype::bf16;
-  else
-    throw Error(Code::invalid_argument, want);
+  switch (read_rows(t, {rows, heads, dim}, name)) {
+    case RowType::float32:
+      v.dtype = Dtype::f32;
+      break;
+    case RowType::float16:
+      v.dtype = Dtype::f16;
+      break;
+    case RowType::bfloat16:
+      v.dtype = Dtype::bf16;
+      break;
+  }
   v.on_device = t.device.device_type == kDeviceType && t.device.device_id == device;
-  if (!v.on_device && !host_type(t.device.device_type)) throw Error(Code::invalid_argument, want);
+  if (!v.on_device && !host_type(t.device.device_type))
+    throw Error(Code::invalid_argument, std::string(name) + " must be on the host or on " +
+                                            kVendor + " device " + std::to_string(device));
   v.pageable = t.device.device_type == kDLCPU;
   v.data = static_cast<const std::byte*>(t.data) + t.byte_offset;
   v.bytes = elements(t) * (t.dtype.bits / 8);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kvcache/numeric.hpp"
+#include "kvcache/sdk/row_tensor.hpp"
 #include "kvcache/status.hpp"
 
 namespace scalar {
@@ -17,19 +18,9 @@ TensorRows::TensorRows(const DLTensor& t, std::uint64_t rows, std::uint32_t head
       heads_(heads),
       dim_(dim),
       dtype_(t.dtype) {
-  const std::string expected = std::string(name) + " must be [" + std::to_string(rows) + ", " +
-                               std::to_string(heads) + ", " + std::to_string(dim) +
-                               "] row-major float32, float16 or bfloat16 in host memory";
-  const bool host = t.device.device_type == kDLCPU || t.device.device_type == kDLCUDAHost;
-  const bool shaped = t.ndim == 3 && t.shape[0] == static_cast<std::int64_t>(rows) &&
-                      t.shape[1] == heads && t.shape[2] == dim;
-  const bool dense = t.strides == nullptr || (shaped && t.strides[2] == 1 && t.strides[1] == dim &&
-                                              t.strides[0] == std::int64_t{heads} * dim);
-  const bool typed = t.dtype.lanes == 1 && ((t.dtype.code == kDLFloat && t.dtype.bits == 32) ||
-                                            (t.dtype.code == kDLFloat && t.dtype.bits == 16) ||
-                                            (t.dtype.code == kDLBfloat && t.dtype.bits == 16));
-  if (!host || !shaped || !dense || !typed || (rows > 0 && t.data == nullptr))
-    throw Error(Code::invalid_argument, expected);
+  (void)kvcache::read_rows(t, {rows, heads, dim}, name);
+  if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost)
+    throw Error(Code::invalid_argument, std::string(name) + " must be in host memory");
 }
 
 void TensorRows::read(std::uint64_t row, std::uint32_t head, float* out) const {

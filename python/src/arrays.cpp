@@ -4,24 +4,12 @@
 
 #include <nanobind/stl/vector.h>
 
+#include "kvcache/sdk/row_tensor.hpp"
+
 namespace nb = nanobind;
 
 namespace kvcache::python {
 namespace {
-
-std::string shape_text(std::initializer_list<std::int64_t> shape) {
-  std::string text = "[";
-  for (const std::int64_t n : shape) text += (text.size() > 1 ? ", " : "") + std::to_string(n);
-  return text + "]";
-}
-
-template <class Array>
-std::string shape_text(const Array& a) {
-  std::string text = "[";
-  for (std::size_t i = 0; i < a.ndim(); ++i)
-    text += (i > 0 ? ", " : "") + std::to_string(a.shape(i));
-  return text + "]";
-}
 
 // Takes a copy of a C++ vector into a new numpy array of its element type.
 template <class T>
@@ -32,36 +20,29 @@ nb::object copy_to_numpy(const std::vector<T>& values) {
   return nb::cast(nb::ndarray<nb::numpy, T, nb::ndim<1>>(data, {values.size()}, owner));
 }
 
+// Checked by the reader every backend uses (kvcache/sdk/row_tensor.hpp): a wrong element type is
+// a TypeError, a wrong shape or a strided view a ValueError, and nothing is ever copied.
 template <class Array>
 DLTensor rows_of(const Array& a, const char* what, std::initializer_list<std::int64_t> shape,
                  const char* axes) {
-  const std::string expected = std::string(what) + " must be " + shape_text(shape) + " (" + axes +
-                               ") float32, float16 or bfloat16, C-contiguous";
+  const auto* want = shape.begin();
+  std::int64_t strides[3] = {};
+  for (std::size_t i = 0; i < a.ndim() && i < 3; ++i) strides[i] = a.stride(i);
   const nb::dlpack::dtype t = a.dtype();
-  const bool floats =
-      t.lanes == 1 &&
-      ((t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float) &&
-        (t.bits == 32 || t.bits == 16)) ||
-       (t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat) && t.bits == 16));
-  if (!floats) throw nb::type_error((expected + "; got another dtype").c_str());
-  bool same = a.ndim() == shape.size();
-  std::size_t axis = 0;
-  for (const std::int64_t n : shape) same = same && static_cast<std::int64_t>(a.shape(axis++)) == n;
-  if (!same) throw nb::value_error((expected + "; got " + shape_text(a)).c_str());
-  std::int64_t step = 1;  // row-major strides, in elements
-  for (std::size_t i = a.ndim(); i-- > 0;) {
-    if (a.shape(i) > 1 && a.stride(i) != step)
-      throw nb::value_error(
-          (expected + "; got a strided view (copy it, e.g. numpy.ascontiguousarray)").c_str());
-    step *= static_cast<std::int64_t>(a.shape(i));
-  }
   DLTensor tensor{};
   tensor.data = const_cast<void*>(a.data());
   tensor.device = {kDLCPU, 0};
   tensor.ndim = static_cast<std::int32_t>(a.ndim());
   tensor.dtype = {t.code, t.bits, t.lanes};
   tensor.shape = const_cast<std::int64_t*>(a.shape_ptr());
-  tensor.strides = nullptr;  // checked row-major above
+  tensor.strides = a.ndim() == 3 ? strides : nullptr;  // the shape is checked first
+  const RowShape rows{static_cast<std::uint64_t>(want[0]), static_cast<std::uint32_t>(want[1]),
+                      static_cast<std::uint32_t>(want[2])};
+  if (const auto problem = row_problem(tensor, rows, what, axes)) {
+    if (problem->kind == RowProblem::Kind::dtype) throw nb::type_error(problem->message.c_str());
+    throw nb::value_error(problem->message.c_str());
+  }
+  tensor.strides = nullptr;  // checked row-major
   return tensor;
 }
 

@@ -22,8 +22,8 @@ using OutputArray = nanobind::ndarray<nanobind::device::cpu>;
 
 // A view of `array` as a DLTensor (its shape and strides live in the ndarray, which the caller
 // keeps alive while the view is used). `what` names it in errors, e.g. "k"; `shape` is what it
-// must be, with its axes named in `axes` ("tokens, kv_heads, head_dim"). Floats of 32, 16 bits or
-// bfloat16 only, C-contiguous, host memory.
+// must be, three axes named in `axes` ("tokens, kv_heads, head_dim"). Read as every backend reads
+// rows (kvcache/sdk/row_tensor.hpp), in host memory.
 DLTensor float_rows(const InputArray& array, const char* what,
                     std::initializer_list<std::int64_t> shape, const char* axes);
 DLTensor float_rows(const OutputArray& array, const char* what,

@@ -11,8 +11,8 @@ from conftest import rows
 
 def test_wrong_dtype_is_a_type_error_naming_the_layout(cache, rng):
     step = cache.begin_step(cache.add_sequence(), 3)
-    with pytest.raises(TypeError, match=r"k must be \[3, 2, 64\] \(tokens, kv_heads, head_dim\) "
-                                        r"float32, float16 or bfloat16"):
+    with pytest.raises(TypeError, match=r"k must be \[3, 2, 64\] \(tokens, kv_heads, head_dim\), "
+                                        r"row-major, float32, float16 or bfloat16; got DLPack"):
         step.append(0, rows(rng, 3, 2, dtype=np.float64), rows(rng, 3, 2))
 
 

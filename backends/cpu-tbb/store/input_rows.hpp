@@ -9,27 +9,29 @@
 
 #include <dlpack/dlpack.h>
 
+#include "kvcache/sdk/row_tensor.hpp"
 #include "kvcache/status.hpp"
 
 namespace kvcache::cpu {
 
 class InputRows {
  public:
-  // Checks the tensor: host memory, 3-d [rows, heads, dim], row-major, a supported dtype.
+  // Checks the tensor: host memory, and rows as kvcache/sdk/row_tensor.hpp reads them.
   InputRows(const DLTensor& t, std::uint64_t rows, std::uint32_t heads, std::uint32_t dim,
             const char* name);
 
   // Asks for the row of (r, h) to be brought into cache while other work goes on.
   void prefetch(std::uint64_t r, std::uint32_t h) const {
-    const std::byte* p = base_ + (r * heads_ + h) * dim_ * (bits_ / 8);
-    for (std::uint32_t offset = 0; offset < dim_ * (bits_ / 8u); offset += 64)
+    const std::uint32_t bytes = type_ == RowType::float32 ? 4 : 2;
+    const std::byte* p = base_ + (r * heads_ + h) * dim_ * bytes;
+    for (std::uint32_t offset = 0; offset < dim_ * bytes; offset += 64)
       __builtin_prefetch(p + offset, 0, 2);
   }
 
   // The row of (r, h) as float32: in place for float32 input, else converted into `scratch`.
   const float* row(std::uint64_t r, std::uint32_t h, float* scratch) const {
     const std::uint64_t index = (r * heads_ + h) * dim_;
-    if (code_ == kDLFloat && bits_ == 32) return reinterpret_cast<const float*>(base_) + index;
+    if (type_ == RowType::float32) return reinterpret_cast<const float*>(base_) + index;
     widen(reinterpret_cast<const std::uint16_t*>(base_) + index, scratch);
     return scratch;
   }
@@ -41,8 +43,7 @@ class InputRows {
   const std::byte* base_;
   std::uint32_t heads_;
   std::uint32_t dim_;
-  std::uint8_t code_;
-  std::uint8_t bits_;
+  RowType type_;
 };
 
 // A row buffer on a cache-line boundary: widened rows are read back at once by the encoders, and

@@ -3,24 +3,15 @@
 #include <span>
 #include <string>
 
+#include "kvcache/sdk/row_tensor.hpp"
 #include "kvcache/status.hpp"
 
 namespace kvcache::paging {
 namespace {
 
 void check_shape(const DLTensor* t, const char* name, std::uint64_t queries, const ModelShape& m) {
-  if (t == nullptr || t->data == nullptr)
-    throw Error(Code::invalid_argument, std::string(name) + " is required");
-  // Strides are read only once the rank is known to be 3.
-  const bool ok = t->ndim == 3 && t->shape[0] == static_cast<std::int64_t>(queries) &&
-                  t->shape[1] == m.q_heads && t->shape[2] == m.head_dim &&
-                  (t->strides == nullptr ||
-                   (t->strides[2] == 1 && t->strides[1] == m.head_dim &&
-                    t->strides[0] == static_cast<std::int64_t>(m.q_heads) * m.head_dim));
-  if (!ok)
-    throw Error(Code::invalid_argument, std::string(name) + " must be [" + std::to_string(queries) +
-                                            ", " + std::to_string(m.q_heads) + ", " +
-                                            std::to_string(m.head_dim) + "], row-major");
+  if (t == nullptr) throw Error(Code::invalid_argument, std::string(name) + " is required");
+  (void)read_rows(*t, {queries, m.q_heads, m.head_dim}, name);
 }
 
 // The first of the `written` slots of `s` whose position is at least `target`.
