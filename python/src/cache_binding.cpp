@@ -164,7 +164,7 @@ void bind_sequences(nb::class_<CacheHandle>& cache) {
            nb::rv_policy::take_ownership, nb::keep_alive<0, 1>());
 }
 
-// Prefix reuse and the shared tier.
+// Prefix reuse and the remote tier.
 void bind_prefixes(nb::class_<CacheHandle>& cache) {
   cache
       .def("match_prefix",

@@ -2,7 +2,7 @@
 // layer groups"): the tokens given to match_prefix are published before the window frees their
 // pages, a later hit needs only the window before its end in the sliding group and gives the
 // outputs that computing the tokens gives, and a hit counts only as far as every group serves it
-// (pages published after the window freed them serve none); through the shared tier, a cache
+// (pages published after the window freed them serve none); through the remote tier, a cache
 // elsewhere pulls only the window's pages of the sliding group.
 #include <chrono>
 #include <cmath>
@@ -97,7 +97,7 @@ TEST_P(HybridPrefix, AHitCountsOnlyAsFarAsEverySlidingGroupHoldsItsWindow) {
   EXPECT_EQ(cache_->group_store(0).positions(c).front(), 40);
 }
 
-TEST_P(HybridPrefix, ACacheElsewhereGetsTheWindowsPagesFromTheSharedTierAlone) {
+TEST_P(HybridPrefix, ACacheElsewhereGetsTheWindowsPagesFromTheRemoteTierAlone) {
   const std::string remote =
       "remote: {transport: memory, endpoints: [hybrid-" + GetParam() + "], model: m}\n";
   const auto writer = open_yaml(hybrid_yaml(GetParam(), remote, "", "true"));

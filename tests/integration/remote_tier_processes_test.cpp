@@ -79,7 +79,7 @@ int peer(const std::string& config, const std::string& role, std::size_t pages) 
 }
 
 // A server of the transport named by the parameter, and the remote section's start for it.
-class SharedTierProcesses : public ::testing::TestWithParam<std::string> {
+class RemoteTierProcesses : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (GetParam() == "resp") {
@@ -117,7 +117,7 @@ class SharedTierProcesses : public ::testing::TestWithParam<std::string> {
   std::vector<std::filesystem::path> files_;
 };
 
-TEST_P(SharedTierProcesses, ASecondProcessPullsWhatTheFirstWrote) {
+TEST_P(RemoteTierProcesses, ASecondProcessPullsWhatTheFirstWrote) {
   const std::filesystem::path config = this->config("bench", "remote: {" + remote() + "bench@1}\n");
   const nlohmann::json first = simulate(config), second = simulate(config);
   ASSERT_FALSE(first.is_discarded() || second.is_discarded()) << "the tool printed no JSON";
@@ -133,7 +133,7 @@ TEST_P(SharedTierProcesses, ASecondProcessPullsWhatTheFirstWrote) {
   EXPECT_GT(second["prefix_hit_rate"].get<double>(), first["prefix_hit_rate"].get<double>());
 }
 
-TEST_P(SharedTierProcesses, APeerReadsTheTilesAnotherWroteByteForByteInEveryFormat) {
+TEST_P(RemoteTierProcesses, APeerReadsTheTilesAnotherWroteByteForByteInEveryFormat) {
   constexpr std::size_t kPages = 5;
   for (const std::string format :
        {"fp32", "fp16", "bf16", "fp8-e4m3", "int8-per-token", "int4-group",
@@ -159,7 +159,7 @@ TEST_P(SharedTierProcesses, APeerReadsTheTilesAnotherWroteByteForByteInEveryForm
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, SharedTierProcesses,
+INSTANTIATE_TEST_SUITE_P(Transports, RemoteTierProcesses,
                          ::testing::Values("resp", "memcached", "resp_cluster"),
                          [](const auto& info) { return info.param; });
 

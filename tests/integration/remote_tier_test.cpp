@@ -1,4 +1,4 @@
-// The shared tier through the Cache (docs/remote-tier.md): two Caches of one process share
+// The remote tier through the Cache (docs/remote-tier.md): two Caches of one process share
 // prefix pages through a `memory` transport as two hosts would through a server, byte for byte,
 // in every format; and every fault of the store (dead, slow, full, lying, evicting) ends with
 // fewer tokens reused, counted, and never a wrong one or an error to the engine.
@@ -102,7 +102,7 @@ std::string space_name() {
 
 // Over the memory transport, a real redis-server (resp) and a real memcached, in every format, and
 // a real Redis Cluster (resp-cluster) in two.
-class SharedTierFormats : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
+class RemoteTierFormats : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
  protected:
   void SetUp() override {
     if (redis_ && !redis_->available()) GTEST_SKIP() << redis_->why();
@@ -144,7 +144,7 @@ class SharedTierFormats : public ::testing::TestWithParam<std::tuple<std::string
       transport_ == "resp-cluster" ? std::make_unique<testing::RedisCluster>() : nullptr;
 };
 
-TEST_P(SharedTierFormats, TwoCachesShareAPrefixByteForByte) {
+TEST_P(RemoteTierFormats, TwoCachesShareAPrefixByteForByte) {
   const auto a = make(), b = make();
   const std::vector<std::int32_t> ids = prompt(5 * kPage + 3);
   publish(*a, ids);
@@ -190,7 +190,7 @@ TEST_P(SharedTierFormats, TwoCachesShareAPrefixByteForByte) {
   EXPECT_EQ(c->remote_stats()->written_pages, 0u);
 }
 
-std::string shared_tier_case_name(
+std::string remote_tier_case_name(
     const ::testing::TestParamInfo<std::tuple<std::string, std::string>>& info) {
   std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param);
   if (std::get<1>(info.param).starts_with("{"))
@@ -201,18 +201,18 @@ std::string shared_tier_case_name(
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Formats, SharedTierFormats,
+    Formats, RemoteTierFormats,
     ::testing::Combine(::testing::Values("memory", "resp", "memcached"),
                        ::testing::Values("fp32", "fp16", "bf16", "fp8-e4m3", "int8-per-token",
                                          "int4-group",
                                          "{k: {name: kivi-k, group: 8}, v: int8-per-token}")),
-    shared_tier_case_name);
-INSTANTIATE_TEST_SUITE_P(Cluster, SharedTierFormats,
+    remote_tier_case_name);
+INSTANTIATE_TEST_SUITE_P(Cluster, RemoteTierFormats,
                          ::testing::Combine(::testing::Values("resp-cluster"),
                                             ::testing::Values("fp16", "int4-group")),
-                         shared_tier_case_name);
+                         remote_tier_case_name);
 
-class SharedTier : public ::testing::Test {
+class RemoteTier : public ::testing::Test {
  protected:
   const std::string space = space_name();
   std::shared_ptr<MemorySpace> store = MemorySpace::named(space);
@@ -220,7 +220,7 @@ class SharedTier : public ::testing::Test {
   const std::vector<std::int32_t> ids = prompt(5 * kPage);
 };
 
-TEST_F(SharedTier, ADeadStoreIsAMissAndItsBreakerOpens) {
+TEST_F(RemoteTier, ADeadStoreIsAMissAndItsBreakerOpens) {
   publish(*a, ids);
   store->set_faults({.down = true});
   const auto b = open(space, ", breaker: {failures: 2, open_ms: 60000}");
@@ -260,7 +260,7 @@ std::string key_of_page(MemorySpace& space, std::uint64_t index) {
   return {};
 }
 
-TEST_F(SharedTier, ALyingStoreCostsHitsNeverCorrectness) {
+TEST_F(RemoteTier, ALyingStoreCostsHitsNeverCorrectness) {
   publish(*a, ids);
   const std::uint64_t header = 16 + 128 + 16 + 12 * kPage + 8 + 16;
   struct Lie {
@@ -301,7 +301,7 @@ TEST_F(SharedTier, ALyingStoreCostsHitsNeverCorrectness) {
   EXPECT_EQ(b->remote_stats()->corrupt, 1u);
 }
 
-TEST_F(SharedTier, PagesGoneFromTheStoreAreMisses) {
+TEST_F(RemoteTier, PagesGoneFromTheStoreAreMisses) {
   store->set_faults({.capacity = 3});  // the store keeps the newest three pages (LRU)
   publish(*a, ids);
   EXPECT_EQ(store->size(), 3u);
@@ -317,7 +317,7 @@ TEST_F(SharedTier, PagesGoneFromTheStoreAreMisses) {
   EXPECT_EQ(c->remote_stats()->corrupt, 0u);
 }
 
-TEST_F(SharedTier, OnlyTheSameNamespaceModelAndFormatShare) {
+TEST_F(RemoteTier, OnlyTheSameNamespaceModelAndFormatShare) {
   ::setenv("KVCACHE_TEST_SALT_A", "alpha", 1);
   ::setenv("KVCACHE_TEST_SALT_B", "beta", 1);
   const std::string salted = ", namespace: {label: t, salt_env: KVCACHE_TEST_SALT_A}";
@@ -338,7 +338,7 @@ TEST_F(SharedTier, OnlyTheSameNamespaceModelAndFormatShare) {
   EXPECT_THROW(open(space, ", namespace: {salt_env: KVCACHE_TEST_SALT_UNSET}"), Error);
 }
 
-TEST_F(SharedTier, ASlowStoreIsCutByTheDeadline) {
+TEST_F(RemoteTier, ASlowStoreIsCutByTheDeadline) {
   publish(*a, ids);
   store->set_faults({.delay = std::chrono::milliseconds(40)});
   const auto b = open(space, ", read: {batch_pages: 1, deadline_ms: 100}");
@@ -350,7 +350,7 @@ TEST_F(SharedTier, ASlowStoreIsCutByTheDeadline) {
   EXPECT_EQ(b->remote_stats()->miss_pages, 5 - matched / kPage);
 }
 
-TEST_F(SharedTier, AFullWriteQueueDropsAndNeverBlocks) {
+TEST_F(RemoteTier, AFullWriteQueueDropsAndNeverBlocks) {
   store->set_faults({.delay = std::chrono::milliseconds(200)});
   const auto c = open(space, ", write: {queue: 40KiB}");  // about two pages of fp16
   const SeqId id = c->add_sequence();
@@ -365,7 +365,7 @@ TEST_F(SharedTier, AFullWriteQueueDropsAndNeverBlocks) {
   EXPECT_EQ(s.written_pages, s.queued_pages);
 }
 
-TEST_F(SharedTier, NoLocalRoomEndsThePullEarly) {
+TEST_F(RemoteTier, NoLocalRoomEndsThePullEarly) {
   publish(*a, ids);
   // b holds 4 pages, 2 of them taken by a sequence of its own.
   const auto b = open(space, "", "fp16", "33KiB");
@@ -376,7 +376,7 @@ TEST_F(SharedTier, NoLocalRoomEndsThePullEarly) {
   EXPECT_EQ(b->remote_stats()->no_room, 1u);
 }
 
-TEST_F(SharedTier, AStoreWithoutPagesThatTravelWorksWithoutATier) {
+TEST_F(RemoteTier, AStoreWithoutPagesThatTravelWorksWithoutATier) {
   const auto b = open(space, "", "fp16", "1MiB", "test-faulty");
   EXPECT_FALSE(b->remote_stats().has_value());
   const SeqId id = b->add_sequence();
@@ -386,7 +386,7 @@ TEST_F(SharedTier, AStoreWithoutPagesThatTravelWorksWithoutATier) {
   EXPECT_EQ(store->size(), 0u);
 }
 
-TEST_F(SharedTier, AnUnknownTransportIsNamed) {
+TEST_F(RemoteTier, AnUnknownTransportIsNamed) {
   const std::string yaml = "remote: {transport: memroy, endpoints: [x], model: m}\n";
   try {
     Cache::open(parse_config(yaml, "<test>", {}), registry());
@@ -401,7 +401,7 @@ TEST_F(SharedTier, AnUnknownTransportIsNamed) {
 }
 
 // The faults that only a real server has: killed mid-run, and a value edited at rest.
-class SharedTierOverRedis : public ::testing::Test {
+class RemoteTierOverRedis : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!server.available()) GTEST_SKIP() << server.why();
@@ -418,7 +418,7 @@ class SharedTierOverRedis : public ::testing::Test {
   const std::vector<std::int32_t> ids = prompt(5 * kPage);
 };
 
-TEST_F(SharedTierOverRedis, AKilledServerIsAMissAndWritesAreDropped) {
+TEST_F(RemoteTierOverRedis, AKilledServerIsAMissAndWritesAreDropped) {
   const auto a = make();
   publish(*a, ids);
   server.kill();
@@ -437,7 +437,7 @@ TEST_F(SharedTierOverRedis, AKilledServerIsAMissAndWritesAreDropped) {
   EXPECT_EQ(c->remote_stats()->dropped_writes, 3u);
 }
 
-TEST_F(SharedTierOverRedis, AValueEditedAtRestIsRefusedAndRemoved) {
+TEST_F(RemoteTierOverRedis, AValueEditedAtRestIsRefusedAndRemoved) {
   const auto a = make();
   publish(*a, ids);
   // The key of page 2: its header's page index (bytes 152 to 159) is 2.
@@ -457,7 +457,7 @@ TEST_F(SharedTierOverRedis, AValueEditedAtRestIsRefusedAndRemoved) {
 // Hosts on threads of their own (a Cache each, as processes would have) publish and match
 // through one space while their writers send: the transport, the queues and the counters are
 // shared across threads (ThreadSanitizer runs this case: its name holds "Concurrent").
-TEST(ConcurrentSharedTier, HostsPublishAndMatchWhileTheirWritersRun) {
+TEST(ConcurrentRemoteTier, HostsPublishAndMatchWhileTheirWritersRun) {
   const std::string space = space_name();
   const auto store = MemorySpace::named(space);  // lives while the hosts come and go
   constexpr int kHosts = 3;
@@ -486,7 +486,7 @@ TEST(ConcurrentSharedTier, HostsPublishAndMatchWhileTheirWritersRun) {
 // Tenants separated by the server: an ACL user limited to its label's keys (~kvc1:<label>:*)
 // shares its own pages; used for another label, every read and write is refused (NOPERM), which
 // the tier takes as misses and drops.
-TEST_F(SharedTierOverRedis, AnAclUserReachesOnlyItsNamespace) {
+TEST_F(RemoteTierOverRedis, AnAclUserReachesOnlyItsNamespace) {
   server.cli("ACL SETUSER tenant-b on '>secret' '~kvc1:tenant-b:*' +@all");
   ::setenv("KVCACHE_TEST_REDIS_PASSWORD", "secret", 1);
   const std::string as_b =
@@ -511,7 +511,7 @@ TEST_F(SharedTierOverRedis, AnAclUserReachesOnlyItsNamespace) {
 
 // A server bounded by maxmemory evicts (allkeys-lru) as it takes more: the writes go on, never an
 // error, and a reader gets the verified run that is left, byte for byte.
-TEST(SharedTierOverABoundedRedis, ServerEvictionCostsHitsNeverCorrectness) {
+TEST(RemoteTierOverABoundedRedis, ServerEvictionCostsHitsNeverCorrectness) {
   testing::RedisServer server({"--maxmemory-policy", "allkeys-lru"});
   if (!server.available()) GTEST_SKIP() << server.why();
   std::uint64_t used = 0;

@@ -1,4 +1,4 @@
-// A tiny model's prompts for the shared tier's tests: its config, prompts, and K/V rows that
+// A tiny model's prompts for the remote tier's tests: its config, prompts, and K/V rows that
 // depend only on (token, position, layer, head), so that equal prompts give equal K/V in any
 // process, as a real model's do.
 #pragma once

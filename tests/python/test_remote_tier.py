@@ -1,4 +1,4 @@
-"""The shared tier from Python: two Caches naming one memory space share a prefix's pages (the
+"""The remote tier from Python: two Caches naming one memory space share a prefix's pages (the
 second reads what the first wrote, byte for byte), and its counters say what happened."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-// The shared tier's keys (docs/remote-tier.md, "Keys"): the bytes hashed are defined to the byte,
+// The remote tier's keys (docs/remote-tier.md, "Keys"): the bytes hashed are defined to the byte,
 // so these digests were computed outside kvcache (Python's hashlib over the documented layout);
 // any change that would stop two builds from sharing pages fails here.
 #include <cstring>

@@ -107,7 +107,7 @@ def test_a_shared_prefix_is_matched_across_requests(pair):
     same(generate(pair.kv, second, c2, **kw), generate(pair.ref, second, pair.dynamic(), **kw))
 
 
-def test_a_shared_prefix_through_the_shared_tier():
+def test_a_shared_prefix_through_the_remote_tier():
     pair = Pair(FAMILIES["llama"])
     remote = {"transport": "memory", "endpoints": ["transformers-test"], "model": "tiny@1"}
     system = prompt(40, seed=12)

@@ -222,7 +222,7 @@ TEST(Errors, RopeAndPresetMistakesNameTheNearest) {
   expect_error(d[4], 3, 58, "model.rope.scaling.type", "did you mean 'llama3'");
 }
 
-// remote: the shared tier. Absent by default; every key read, the rest at their defaults.
+// remote: the remote tier. Absent by default; every key read, the rest at their defaults.
 TEST(Remote, SectionReadsEveryKey) {
   EXPECT_FALSE(parse_config("", "test.yaml", kNoEnv).remote);
   const Config c = parse_config(

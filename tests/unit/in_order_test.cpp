@@ -1,4 +1,4 @@
-// The shared tier's in-order hand-over (core/src/remote/in_order.hpp): values of a run that arrive
+// The remote tier's in-order hand-over (core/src/remote/in_order.hpp): values of a run that arrive
 // in any order reach the consumer in the run's order, once each, and nothing passes a refusal.
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The shared tier's figures on loopback, against the servers' own tools, in one run.
+"""The remote tier's figures on loopback, against the servers' own tools, in one run.
 
 Starts a redis-server and a memcached of its own on free loopback ports and, per transport and
 format, runs `kvcache bench tier` (writes, lookups of 16/128/1,024 pages, pulls, pulling against

@@ -1,5 +1,5 @@
 // The prefix cache of every backend's store: published pages are shared by a match, cached when
-// released and reclaimed under pressure; and pages that travel (the shared tier) export from one
+// released and reclaimed under pressure; and pages that travel (the remote tier) export from one
 // store and import into another byte for byte; a window's pages serve a prefix without the pages
 // behind it.
 #include <algorithm>
@@ -81,7 +81,7 @@ TEST_P(PrefixConformance, PrefixPagesAreSharedCachedAndReclaimed) {
   EXPECT_EQ(st.free_pages, st.total_pages);
 }
 
-// Pages that travel (the shared tier, docs/remote-tier.md): the pages of a published prefix,
+// Pages that travel (the remote tier, docs/remote-tier.md): the pages of a published prefix,
 // exported from one store and imported into another of the same spec, are cached and published
 // there: a match attaches them with the same bytes and positions. lookup_prefix says what a match
 // would reuse and attaches nothing; an import of a page held already, or with every page in use,

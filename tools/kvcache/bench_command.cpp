@@ -104,7 +104,7 @@ void print_replicas(const nlohmann::json& r, bool json) {
   for (const nlohmann::json& replica : r["replicas"]) {
     const nlohmann::json& tier = replica["remote"];
     std::cout << fmt::format(
-        "replica {}: {:.0f} tokens/s; prefix cache {:.1f}% of prompt tokens reused; shared tier: "
+        "replica {}: {:.0f} tokens/s; prefix cache {:.1f}% of prompt tokens reused; remote tier: "
         "{} pages pulled ({} prefill tokens), {} written, {} found there\n",
         ++i, replica["tokens_per_second"].get<double>(),
         100 * replica["prefix_hit_rate"].get<double>(), tier["pages_pulled"].get<std::uint64_t>(),
@@ -257,7 +257,7 @@ void print_simulation(const nlohmann::json& r) {
 void add_tier_command(CLI::App& bench, const Globals& globals) {
   CLI::App* tier = bench.add_subcommand(
       "tier",
-      "The shared tier of the config's remote: section: writes, lookups, pulls, and "
+      "The remote tier of the config's remote: section: writes, lookups, pulls, and "
       "pulling against recomputing");
   examples(tier, {"kvcache --config remote.yaml bench tier",
                   "kvcache --config remote.yaml bench tier --pages 256 --json"});

@@ -449,7 +449,7 @@ nlohmann::json run_serving_simulation(const Config& config,
   Simulation simulation(*cache, std::move(masks), o, std::move(requests),
                         static_cast<double>(config.model.layers) / layers);
   nlohmann::json report = simulation.run();
-  if (cache->remote_stats()) {  // a shared tier: its writes finish, and what it did is reported
+  if (cache->remote_stats()) {  // a remote tier: its writes finish, and what it did is reported
     cache->flush_remote(std::chrono::seconds(60));
     const remote::TierStats t = *cache->remote_stats();
     report["remote"] = {{"pages_pulled", t.hit_pages},

@@ -1,4 +1,4 @@
-// `kvcache bench tier`: the shared tier against the store of the config's `remote:` section.
+// `kvcache bench tier`: the remote tier against the store of the config's `remote:` section.
 // One host writes a prompt of N pages (write GB/s of values); fresh hosts look up prefixes of 16,
 // 128 and 1,024 pages (latency p50/p99, probes only) and pull them (GB/s of values, each page
 // verified and imported); and, per prompt length, pulling is timed against recomputing the same

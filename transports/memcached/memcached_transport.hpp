@@ -1,4 +1,4 @@
-// The `memcached` transport: one or more memcached servers as the shared tier's byte store,
+// The `memcached` transport: one or more memcached servers as the remote tier's byte store,
 // through libmemcached. Keys go to servers by consistent hashing (ketama), so a server's loss
 // moves only its own keys; a server that fails `failure_limit` times in a row is removed from the
 // ring (its keys then miss, and are written again to the servers left). get is one batched

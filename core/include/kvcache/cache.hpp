@@ -100,7 +100,7 @@ class KVCACHE_API Cache {
   // Waits until the pages published so far are in the shared store (or dropped, counted); false
   // if the deadline passed first. True without a tier.
   bool flush_remote(std::chrono::milliseconds deadline = std::chrono::seconds(10));
-  // The shared tier's counters; nullopt without a tier.
+  // The remote tier's counters; nullopt without a tier.
   std::optional<remote::TierStats> remote_stats() const;
 
   // One engine step: reserves new_tokens[i] tokens for sequences[i] and plans attention once

@@ -258,7 +258,7 @@ class CacheStore {
   // `image` a cached, published, unreferenced page: the last full page of token_ids (a multiple
   // of page_size tokens, the tokens at positions 0, 1, ...), as if a sequence had written and
   // published it; a later match_prefix attaches it. Both all or nothing. The defaults refuse
-  // (Error(unsupported)): such a store has no shared tier.
+  // (Error(unsupported)): such a store has no remote tier.
   virtual void export_page(std::uint32_t page, std::span<std::byte> image) const {
     (void)image;
     throw Error(Code::unsupported,

@@ -82,7 +82,7 @@ struct PluginSettings {
   std::vector<RequiredPlugin> required;  // plugins.required
 };
 
-// remote: the shared tier (docs/remote-tier.md). Absent: the prefix cache ends at the process.
+// remote: the remote tier (docs/remote-tier.md). Absent: the prefix cache ends at the process.
 struct RemoteSettings {
   ComponentChoice transport;           // "memory" (in-process); its options beside the name
   std::vector<std::string> endpoints;  // the transport's: a memory space's name, host:port, ...

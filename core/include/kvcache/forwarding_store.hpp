@@ -1,4 +1,4 @@
-// A CacheStore that passes every call on to another: the base of decorators (the shared tier,
+// A CacheStore that passes every call on to another: the base of decorators (the remote tier,
 // the test stores that inject faults), which override only what they change.
 #pragma once
 

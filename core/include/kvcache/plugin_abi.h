@@ -389,7 +389,7 @@ enum { KVC_PAGE_IMPORTED = 0, KVC_PAGE_PRESENT = 1, KVC_PAGE_NO_ROOM = 2 };
 
 /* ---- transports (ABI 1.7) ----------------------------------------------------------------- */
 
-/* A batched byte store for the shared tier (docs/remote-tier.md): keys (NUL-terminated) and
+/* A batched byte store for the remote tier (docs/remote-tier.md): keys (NUL-terminated) and
  * opaque values, nothing of pages. create's options are the config's transport options plus
  * "endpoints", a list of strings. Any function may fail: the host takes a failure as a miss for
  * its reads and a drop for its writes. The host calls an instance from two threads at once. */

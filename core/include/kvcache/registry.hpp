@@ -81,7 +81,7 @@ class KVCACHE_API Registry {
                                                   const nlohmann::json& options = {}) const;
   std::unique_ptr<Backend> create_backend(std::string_view name,
                                           const nlohmann::json& options = {}) const;
-  // A transport of the shared tier (docs/remote-tier.md): `options` holds its "endpoints".
+  // A transport of the remote tier (docs/remote-tier.md): `options` holds its "endpoints".
   std::unique_ptr<remote::ByteStore> create_transport(std::string_view name,
                                                       const nlohmann::json& options = {}) const;
 

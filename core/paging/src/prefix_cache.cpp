@@ -1,6 +1,6 @@
 // PageBook's prefix cache: a sequence's full pages published under a hash chain of their tokens,
 // matched by a later sequence with the same tokens, looked up, imported from another store (the
-// shared tier), and the cached pages given back under pressure.
+// remote tier), and the cached pages given back under pressure.
 #include <algorithm>
 #include <string>
 

@@ -44,7 +44,7 @@ struct Cache::Impl {
   // One layer group's store, attention and mask; a uniform cache has one group of every layer.
   struct Group {
     LayerGroupInfo info;
-    // What the Cache calls, under its own sequence ids: the backend's store, the shared tier in
+    // What the Cache calls, under its own sequence ids: the backend's store, the remote tier in
     // front of it, or (after the first group) the GroupStore that maps the ids.
     std::unique_ptr<CacheStore> store;
     // The backend's own store, which the group's attention reads under the store's own ids.

@@ -32,7 +32,7 @@ StoreSpec store_spec(const Config& config, const Registry& registry) {
 
 namespace {
 
-// Puts the shared tier in front of a group's store (the config as the group sees it). A store
+// Puts the remote tier in front of a group's store (the config as the group sees it). A store
 // that cannot copy pages (a plugin before ABI 1.7) keeps working without it, saying so. In a
 // cache of several groups the model's identity in each group's keys names the group's layers:
 // two groups' pages never meet, and only hosts with the same layout share them.
@@ -54,7 +54,7 @@ void attach_tier(Cache::Impl& impl, Cache::Impl::Group& group, RemoteSettings re
                       config.v_format.options};
   std::unique_ptr<remote::ByteStore> transport = remote::make_transport(remote, *impl.registry);
   if (const auto why = remote::TieredStore::unsupported(*group.store, config.model)) {
-    spdlog::warn("shared tier off: backend {}: {}", impl.backend_name, *why);
+    spdlog::warn("remote tier off: backend {}: {}", impl.backend_name, *why);
     return;
   }
   const std::string where = transport->describe();
@@ -63,7 +63,7 @@ void attach_tier(Cache::Impl& impl, Cache::Impl::Group& group, RemoteSettings re
   group.tier = tier.get();
   group.kv = &tier->inner();
   group.store = std::move(tier);
-  spdlog::info("shared tier: {} (namespace {})", where, remote.label);
+  spdlog::info("remote tier: {} (namespace {})", where, remote.label);
 }
 
 // The config as one group sees it: its layers, mask and formats. A uniform config is one group,

@@ -313,15 +313,15 @@ void Overlay::check() {
   if (layers_) resolve_layers(*layers_, config_, errors_);
   if (config_.remote && config_.remote->transport.name.empty())
     errors_.push_back({Diagnostic::Severity::error, config_.remote->where, "remote.transport",
-                       "the shared tier needs a transport (e.g. transport: memory)"});
+                       "the remote tier needs a transport (e.g. transport: memory)"});
   if (config_.remote && config_.remote->model.empty())
     errors_.push_back({Diagnostic::Severity::error, config_.remote->where, "remote.model",
-                       "the shared tier needs the model's identity (e.g. model: "
+                       "the remote tier needs the model's identity (e.g. model: "
                        "\"smollm2-135m@<weights sha256>\"), so that only hosts running the same "
                        "weights share pages"});
   if (config_.remote && !config_.cache.prefix_caching)
     errors_.push_back({Diagnostic::Severity::error, config_.remote->where, "remote",
-                       "the shared tier shares prefix pages: it needs cache.prefix_caching: true"});
+                       "the remote tier shares prefix pages: it needs cache.prefix_caching: true"});
   const ModelShape& model = config_.model;
   if (head_count_unreadable_ || model.kv_heads == 0 || model.q_heads % model.kv_heads == 0) return;
   // Point at what the user wrote: kv_heads, unless only q_heads was changed from the default.

@@ -138,7 +138,7 @@ void emit_plugins(YAML::Emitter& out, const Config& config) {
   out << YAML::EndSeq << YAML::EndMap;
 }
 
-// remote: the shared tier.
+// remote: the remote tier.
 void emit_remote(YAML::Emitter& out, const RemoteSettings& r) {
   out << YAML::Key << "remote" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "transport" << YAML::Value << YAML::Flow;

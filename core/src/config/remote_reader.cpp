@@ -1,4 +1,4 @@
-// The `remote:` section (docs/remote-tier.md): the shared tier's transport, namespace, writes,
+// The `remote:` section (docs/remote-tier.md): the remote tier's transport, namespace, writes,
 // reads and breaker.
 #include <algorithm>
 #include <cctype>

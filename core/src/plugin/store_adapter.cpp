@@ -166,14 +166,14 @@ class HostStore final : public CacheStore {
   }
   void export_page(std::uint32_t page, std::span<std::byte> image) const override {
     if (!s_->has(&kvc_store_table::export_page))
-      throw Error(Code::unsupported, s_->who() + ": the store predates ABI 1.7 (no shared tier)");
+      throw Error(Code::unsupported, s_->who() + ": the store predates ABI 1.7 (no remote tier)");
     s_->call(&kvc_store_table::export_page, page, static_cast<void*>(image.data()),
              uint64_t{image.size()});
   }
   PageImport import_page(std::span<const std::int32_t> tokens,
                          std::span<const std::byte> image) override {
     if (!s_->has(&kvc_store_table::import_page))
-      throw Error(Code::unsupported, s_->who() + ": the store predates ABI 1.7 (no shared tier)");
+      throw Error(Code::unsupported, s_->who() + ": the store predates ABI 1.7 (no remote tier)");
     uint32_t result = 0;
     s_->call(&kvc_store_table::import_page, tokens.data(), uint64_t{tokens.size()},
              static_cast<const void*>(image.data()), uint64_t{image.size()}, &result);

@@ -23,7 +23,7 @@ constexpr std::size_t kKnownKeys = 1 << 20;  // keys remembered as in the store,
 KeyChain make_chain(const CacheStore& inner, const ModelShape& model, const TierSettings& s) {
   if (s.remote.model.empty())
     throw Error(Code::invalid_argument,
-                "the shared tier needs the model's identity (remote.model), so that only hosts "
+                "the remote tier needs the model's identity (remote.model), so that only hosts "
                 "running the same weights share pages");
   const StoreInfo info = inner.info();
   return KeyChain(s.remote.label, s.salt,
@@ -91,7 +91,7 @@ struct TieredStore::State {
     return start + std::chrono::milliseconds(settings.remote.deadline_ms);
   }
   void failed(const ByteStore& remote, const std::exception& e) {
-    spdlog::debug("shared tier: {} failed: {}", remote.describe(), e.what());
+    spdlog::debug("remote tier: {} failed: {}", remote.describe(), e.what());
     ++failures;
     breaker.failure();
   }
@@ -303,7 +303,7 @@ void TieredStore::pull(std::span<const std::int32_t> token_ids, std::uint64_t fr
     if (local) std::rethrow_exception(local);
     if (next - first < keys.size()) more = false;  // stopped, or the get came back short
     if (wrong) {
-      spdlog::warn("shared tier: {} holds a wrong value for page {} ({}): {}; it is removed",
+      spdlog::warn("remote tier: {} holds a wrong value for page {} ({}): {}; it is removed",
                    remote_->describe(), wrong->page, wrong->key, wrong->problem);
       try {
         remote_->remove(std::span<const std::string>(&wrong->key, 1));

@@ -86,7 +86,7 @@ class KVCache(Cache):
     @classmethod
     def beside(cls, other):
         """A new, empty KVCache in the same kvcache Cache as `other` (its pages, its prefix index
-        and its shared tier): another request of the same engine, which match_prefix can serve
+        and its remote tier): another request of the same engine, which match_prefix can serve
         from what `other` published."""
         new = cls.__new__(cls)
         new.sections = other.sections
@@ -249,7 +249,7 @@ class KVCache(Cache):
 
     def match_prefix(self, input_ids):
         """Before generate() on an empty cache: attaches to each row the longest cached run of
-        full pages of its prompt (locally, or through the shared tier) and returns the tokens
+        full pages of its prompt (locally, or through the remote tier) and returns the tokens
         reused, the same for every row (the least of them); generate() then runs the rest.
         At least the last token is left to run."""
         self._usable()

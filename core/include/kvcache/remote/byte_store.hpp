@@ -1,4 +1,4 @@
-// A transport of the shared tier: a batched byte store that knows nothing of pages (keys and
+// A transport of the remote tier: a batched byte store that knows nothing of pages (keys and
 // opaque values). Everything that gives the bytes meaning (keys, wire format, verification)
 // stays in the tier, so a transport may be dumb, and may fail: any call may throw, and the tier
 // takes every failure of a call as a miss for its reads and a drop for its writes.

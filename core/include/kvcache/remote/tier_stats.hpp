@@ -1,4 +1,4 @@
-// What the shared tier did (Cache::remote_stats): hits, misses, what it refused, what it wrote.
+// What the remote tier did (Cache::remote_stats): hits, misses, what it refused, what it wrote.
 #pragma once
 
 #include <cstdint>

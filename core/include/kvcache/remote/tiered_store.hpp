@@ -1,4 +1,4 @@
-// The shared tier (docs/remote-tier.md): a CacheStore in front of any store whose prefix cache
+// The remote tier (docs/remote-tier.md): a CacheStore in front of any store whose prefix cache
 // reaches past the process. publish_prefix writes the newly published full pages through to a
 // ByteStore (copies staged at once, sent by a background thread); match_prefix, when the local
 // prefix ends before the prompt's last full page, probes the following pages' keys, pulls the

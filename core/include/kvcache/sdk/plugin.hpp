@@ -1,6 +1,6 @@
 // The plugin SDK (header-only): implement kvcache's C++ interfaces, export them with one macro.
 // A component implements AttentionMask, Quantizer, EvictionPolicy, Backend, or
-// remote::ByteStore (a transport of the shared tier).
+// remote::ByteStore (a transport of the remote tier).
 //
 //   class MyMask final : public kvcache::AttentionMask {
 //    public:

@@ -1,4 +1,4 @@
-// The C table of a transport of the shared tier (remote::ByteStore).
+// The C table of a transport of the remote tier (remote::ByteStore).
 #pragma once
 
 #include <cstdint>

@@ -40,7 +40,7 @@ class PageMemory {
   // may be the source of an earlier move, never of a later one.
   virtual void move_slots(std::span<const SlotMove> moves) = 0;
   // A page's image (CacheStore::export_page): every layer's K tiles of each KV head, then V's.
-  // The defaults refuse (Error(unsupported)): a store that keeps them has no shared tier.
+  // The defaults refuse (Error(unsupported)): a store that keeps them has no remote tier.
   virtual void read_page(PageId page, std::span<std::byte> image) const {
     (void)image;
     throw Error(Code::unsupported,
