@@ -17,16 +17,6 @@
 namespace kvcache::cpu {
 namespace {
 
-// The plan checked the shape; the element type and the memory are this backend's to check.
-void check_out(const DLTensor& out) {
-  const bool dtype_ok =
-      out.dtype.lanes == 1 &&
-      ((out.dtype.code == kDLFloat && (out.dtype.bits == 32 || out.dtype.bits == 16)) ||
-       (out.dtype.code == kDLBfloat && out.dtype.bits == 16));
-  if (!dtype_ok || (out.device.device_type != kDLCPU && out.device.device_type != kDLCUDAHost))
-    throw Error(Code::invalid_argument, "out must be a host float32/float16/bfloat16 tensor");
-}
-
 // A step's plan on cpu-tbb: the slots every query sees, the work schedule and what the kernels
 // need of the step, for each layer.
 struct CpuPlan final : StepPlan {
@@ -72,7 +62,7 @@ void run_layer(PagedStore& store, const CpuPlan& plan, std::uint32_t layer, cons
                DLTensor& out) {
   const ModelShape& model = store.spec().model;
   const InputRows q_rows(q, plan.slots.queries, model.q_heads, model.head_dim, "q");
-  check_out(out);
+  check_host(out, "out");               // its shape and element type: the plan's check_step_layer
   if (plan.slots.queries == 0) return;  // a prefill of no queries: nothing to write
   LayerRun run(store, plan.slots, plan.heads, plan.schedule, *plan.step, layer, q_rows, plan.scale);
   PairMerge merge(run, out);

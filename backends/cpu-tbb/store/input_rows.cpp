@@ -62,22 +62,25 @@ void InputRows::widen(const std::uint16_t* in, float* out) const {
     out[i] = fp16 ? float_from_fp16(in[i]) : float_from_bf16(in[i]);
 }
 
+void check_host(const DLTensor& t, const char* name) {
+  if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost)
+    throw Error(Code::invalid_argument, std::string(name) + " must be in host memory");
+}
+
 InputRows::InputRows(const DLTensor& t, std::uint64_t rows, std::uint32_t heads, std::uint32_t dim,
                      const char* name)
     : base_(static_cast<const std::byte*>(t.data) + t.byte_offset),
       heads_(heads),
       dim_(dim),
       type_(read_rows(t, {rows, heads, dim}, name)) {
-  if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost)
-    throw Error(Code::invalid_argument, std::string(name) + " must be in host memory");
+  check_host(t, name);
 }
 
 float* output_rows(DLTensor& t, std::uint64_t rows, std::uint32_t heads, std::uint32_t dim,
                    const char* name) {
   if (read_rows(t, {rows, heads, dim}, name) != RowType::float32)
     throw Error(Code::invalid_argument, std::string(name) + " must be float32");
-  if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost)
-    throw Error(Code::invalid_argument, std::string(name) + " must be in host memory");
+  check_host(t, name);
   return reinterpret_cast<float*>(static_cast<std::byte*>(t.data) + t.byte_offset);
 }
 

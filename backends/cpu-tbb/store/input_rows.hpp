@@ -61,6 +61,10 @@ class RowBuffer {
   std::vector<float> storage_;
 };
 
+// Error(invalid_argument) unless `t` is in host memory (pageable or pinned): what cpu-tbb reads
+// and writes directly.
+void check_host(const DLTensor& t, const char* name);
+
 // Checks that `t` is a writable host float32 tensor of exactly [rows, heads, dim], row-major.
 float* output_rows(DLTensor& t, std::uint64_t rows, std::uint32_t heads, std::uint32_t dim,
                    const char* name);

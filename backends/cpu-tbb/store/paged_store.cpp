@@ -221,8 +221,7 @@ void PagedStore::append(std::uint32_t layer, std::span<const SeqId> ids,
   const auto encode = [&](const tbb::blocked_range<std::size_t>& r) {
     RowBuffer input_buffer(dim);
     float* const input = input_buffer.data();
-    // Only formats that group tokens need it: zeroing it was most of a
-    // one-token append.
+    // Only formats that group tokens need it: zeroing it was most of a one-token append.
     std::vector<float> group_rows(grouped ? std::size_t{chunk} * dim : 0);
     for (std::size_t item = r.begin(); item != r.end(); ++item) {
       const Chunk& c = chunks[item];
